@@ -1,0 +1,250 @@
+//! The `lsgd:policy@0.1.0` contract as plain Rust, plus the reference policies.
+//!
+//! The same code runs in two places: natively inside `lsgd-host` (its own train-state and
+//! parameter types, and the native side of the native-vs-wasm benchmark) and compiled to
+//! `wasm32-wasip2` inside each reference plugin. Keeping one copy of every formula is what lets
+//! the host check that a plugin returns the native answer bit for bit.
+//!
+//! A guest crate exports a policy with two lines:
+//!
+//! ```ignore
+//! wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "schedule-plugin" });
+//! lsgd_policy::export_schedule!(lsgd_policy::warmup::Warmup);
+//! ```
+
+#![warn(missing_docs)]
+
+mod export;
+mod params;
+mod util;
+
+pub mod batch_ramp;
+pub mod constant;
+pub mod constant_batch;
+pub mod cosine;
+pub mod label_smoothing;
+pub mod lr;
+pub mod poly;
+pub mod warmup;
+
+pub use params::Params;
+
+/// Everything a policy may know about training at one step; field-for-field the WIT `train-state`.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct State {
+    /// Optimiser step about to be taken, 0-based.
+    pub step: u64,
+    /// Current epoch, 0-based: floor(samples_seen / samples_per_epoch).
+    pub epoch: u32,
+    /// Fractional epoch e = samples_seen / samples_per_epoch, the clock every reference policy uses.
+    pub epoch_fraction: f64,
+    /// Steps one epoch takes at the current global batch.
+    pub steps_per_epoch: u64,
+    /// Steps the whole run takes if the global batch stays as it is now.
+    pub total_steps: u64,
+    /// Epochs the run trains for; the end point of cosine, poly and label-smoothing ramps.
+    pub total_epochs: u32,
+    /// Training samples in one epoch.
+    pub samples_per_epoch: u64,
+    /// Samples consumed before this step, over all ranks.
+    pub samples_seen: u64,
+    /// Global batch of this step (the previous step's, as seen by a batch-size policy).
+    pub global_batch: u32,
+    /// Global batch the run was configured with; batch-size policies scale from it.
+    pub initial_batch: u32,
+    /// Samples per worker: global_batch / world_size.
+    pub worker_batch: u32,
+    /// Number of data-parallel workers; batch-size policies round to a multiple of it.
+    pub world_size: u32,
+    /// Learning rate that applies at `reference_batch` samples.
+    pub base_lr: f64,
+    /// Batch at which `base_lr` applies: the denominator of the scaling rules.
+    pub reference_batch: u32,
+    /// Training loss of the previous step, if any step has run.
+    pub last_loss: Option<f64>,
+    /// Most recent evaluation metric, if any.
+    pub last_metric: Option<f64>,
+}
+
+/// The type of a parameter, so the host can parse command-line text before `configure`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParamType {
+    /// `true` or `false`.
+    Boolean,
+    /// A signed 64-bit integer.
+    Integer,
+    /// A 64-bit float.
+    Float,
+    /// Free text.
+    Text,
+    /// Comma-separated floats on the command line, e.g. `30,60,80`.
+    FloatList,
+    /// One of the listed words, delivered as [`Value::Text`].
+    Choice(Vec<String>),
+}
+
+/// A parameter value, as the host hands it to `configure`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// For [`ParamType::Boolean`].
+    Boolean(bool),
+    /// For [`ParamType::Integer`].
+    Integer(i64),
+    /// For [`ParamType::Float`].
+    Float(f64),
+    /// For [`ParamType::Text`] and [`ParamType::Choice`].
+    Text(String),
+    /// For [`ParamType::FloatList`].
+    FloatList(Vec<f64>),
+}
+
+/// One parameter a policy accepts; `lsgd-host inspect` prints these.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamSpec {
+    /// snake_case name, addressed as `--set <kind>.<name>=<value>`.
+    pub name: String,
+    /// What the host must parse the user's text into.
+    pub ty: ParamType,
+    /// Used when the user gives no value; `None` makes the parameter required.
+    pub default: Option<Value>,
+    /// One line for `lsgd-host inspect`.
+    pub doc: String,
+}
+
+/// What a policy says about itself (the WIT `plugin-info`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Info {
+    /// Short name, e.g. `warmup`.
+    pub name: String,
+    /// The policy's own version, independent of the contract's.
+    pub version: String,
+    /// One-line summary.
+    pub summary: String,
+    /// Every parameter `configure` accepts, in the order the host passes them.
+    pub params: Vec<ParamSpec>,
+}
+
+impl ParamSpec {
+    /// Builds a spec from borrowed text, since every reference policy writes them as literals.
+    pub fn new(name: &str, ty: ParamType, default: Option<Value>, doc: &str) -> Self {
+        ParamSpec {
+            name: name.to_owned(),
+            ty,
+            default,
+            doc: doc.to_owned(),
+        }
+    }
+
+    /// A float parameter with a default.
+    pub fn float(name: &str, default: f64, doc: &str) -> Self {
+        Self::new(name, ParamType::Float, Some(Value::Float(default)), doc)
+    }
+
+    /// An integer parameter with a default.
+    pub fn integer(name: &str, default: i64, doc: &str) -> Self {
+        Self::new(name, ParamType::Integer, Some(Value::Integer(default)), doc)
+    }
+
+    /// A float-list parameter with a default.
+    pub fn float_list(name: &str, default: &[f64], doc: &str) -> Self {
+        Self::new(
+            name,
+            ParamType::FloatList,
+            Some(Value::FloatList(default.to_vec())),
+            doc,
+        )
+    }
+
+    /// A choice parameter whose default is its first word, so the list reads default-first.
+    pub fn choice(name: &str, words: &[&str], doc: &str) -> Self {
+        let words: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
+        let default = words.first().cloned().map(Value::Text);
+        Self::new(name, ParamType::Choice(words), default, doc)
+    }
+}
+
+impl Info {
+    /// Builds an info record; every reference policy is version 1.0.0.
+    pub fn new(name: &str, summary: &str, params: Vec<ParamSpec>) -> Self {
+        Info {
+            name: name.to_owned(),
+            version: "1.0.0".to_owned(),
+            summary: summary.to_owned(),
+            params,
+        }
+    }
+}
+
+/// What every policy kind shares: self-description and validated configuration.
+pub trait Policy: Sized {
+    /// Name, version, summary and parameters; must not depend on configuration.
+    fn info() -> Info;
+
+    /// Builds the policy from resolved parameters, rejecting out-of-range values with a message
+    /// that names the parameter and the value.
+    fn configure(params: &Params) -> Result<Self, String>;
+
+    /// The policy as `info()`'s defaults configure it, used when the host never calls `configure`.
+    fn from_defaults() -> Result<Self, String> {
+        Self::configure(&Params::defaults(&Self::info().params))
+    }
+}
+
+/// A learning-rate schedule (WIT interface `schedule`).
+pub trait Schedule: Policy {
+    /// The learning rate for `s.step`: finite and >= 0 for sane inputs.
+    fn learning_rate(&self, s: &State) -> f64;
+}
+
+/// A batch-size controller (WIT interface `batch-size`).
+pub trait BatchSize: Policy {
+    /// The global batch for `s.step`: >= 1 and a multiple of `s.world_size`.
+    fn global_batch(&self, s: &State) -> u32;
+}
+
+/// A label-smoothing policy (WIT interface `label-smoothing`).
+pub trait LabelSmoothing: Policy {
+    /// The smoothing epsilon for `s.step`, in [0, 1).
+    fn epsilon(&self, s: &State) -> f32;
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// Goyal's ImageNet setting: 8k batch on 32 workers, 0.1 per 256 samples, 90 epochs.
+    pub fn state_at(e: f64) -> State {
+        State {
+            epoch: e as u32,
+            epoch_fraction: e,
+            total_epochs: 90,
+            samples_per_epoch: 1_281_167,
+            global_batch: 8192,
+            initial_batch: 8192,
+            worker_batch: 256,
+            world_size: 32,
+            base_lr: 0.1,
+            reference_batch: 256,
+            ..State::default()
+        }
+    }
+
+    /// Configures `P` with its defaults overridden by `set`.
+    pub fn configure<P: Policy>(set: &[(&str, Value)]) -> Result<P, String> {
+        let given = set
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), v.clone()))
+            .collect();
+        P::configure(&Params::resolve(&P::info().params, given)?)
+    }
+
+    /// The message `configure` rejects `set` with.
+    pub fn error<P: Policy + std::fmt::Debug>(set: &[(&str, Value)]) -> String {
+        configure::<P>(set).unwrap_err()
+    }
+
+    /// Text value from a literal, for choice parameters.
+    pub fn text(s: &str) -> Value {
+        Value::Text(s.to_owned())
+    }
+}
