@@ -1,0 +1,90 @@
+//! Test guest: a schedule that misbehaves on request, so the host's sandbox (deadline, memory
+//! cap, trap recovery, output validation, configure errors) can be tested against a real component.
+
+wit_bindgen::generate!({ path: "../../../wit/v0.1.0", world: "schedule-plugin" });
+
+use lsgd_policy::{Info, ParamSpec, Params, Policy, Schedule, State};
+use std::hint::black_box;
+
+/// What `learning_rate` does; `reject` never gets this far because `configure` fails.
+#[derive(Clone, Copy)]
+enum Mode {
+    Ok,
+    Trap,
+    Loop,
+    Grow,
+    Nan,
+    Negative,
+    Infinite,
+}
+
+/// The misbehaving schedule.
+struct BadSchedule {
+    mode: Mode,
+}
+
+impl Policy for BadSchedule {
+    fn info() -> Info {
+        Info::new(
+            "bad-schedule",
+            "Test guest: returns 0.1, or traps, loops, exhausts memory or returns NaN/-1/inf",
+            vec![ParamSpec::choice(
+                "mode",
+                &[
+                    "ok", "trap", "loop", "grow", "nan", "negative", "infinite", "reject",
+                ],
+                "misbehaviour: ok (0.1), trap, loop, grow, nan, negative, infinite, reject (configure fails)",
+            )],
+        )
+    }
+
+    fn configure(p: &Params) -> Result<Self, String> {
+        let mode = match p.text("mode")? {
+            "ok" => Mode::Ok,
+            "trap" => Mode::Trap,
+            "loop" => Mode::Loop,
+            "grow" => Mode::Grow,
+            "nan" => Mode::Nan,
+            "negative" => Mode::Negative,
+            "infinite" => Mode::Infinite,
+            "reject" => return Err("bad-schedule rejects its parameters".to_owned()),
+            other => return Err(format!("mode must be a listed word, got '{other}'")),
+        };
+        Ok(BadSchedule { mode })
+    }
+}
+
+impl Schedule for BadSchedule {
+    fn learning_rate(&self, _s: &State) -> f64 {
+        match self.mode {
+            Mode::Ok => 0.1,
+            Mode::Trap => panic!("bad-schedule traps on purpose"),
+            Mode::Loop => spin(),
+            Mode::Grow => hoard(),
+            Mode::Nan => f64::NAN,
+            Mode::Negative => -1.0,
+            Mode::Infinite => f64::INFINITY,
+        }
+    }
+}
+
+/// Never returns; black_box keeps the optimiser from proving the loop side-effect free.
+fn spin() -> ! {
+    let mut n = 0u64;
+    loop {
+        n = black_box(n.wrapping_add(1));
+    }
+}
+
+/// Allocates and writes 1 MiB chunks until the allocator fails, which the host's memory cap
+/// must turn into a trap.
+fn hoard() -> ! {
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let mut chunk = Vec::with_capacity(1 << 20);
+        chunk.resize(1 << 20, 0xA5u8);
+        chunks.push(black_box(chunk));
+    }
+}
+
+lsgd_policy::export_schedule!(BadSchedule);
