@@ -4,7 +4,7 @@
 use crate::util::{milestones, passed, u32_at_least};
 use crate::{BatchSize, Info, ParamSpec, Params, Policy, State};
 
-/// `initial_batch` × `factor` per passed milestone, capped, then fitted to the world size.
+/// The configured global batch × `factor` per passed milestone, capped, then fitted to the world size.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BatchRamp {
     /// Multiplier per milestone.
@@ -51,7 +51,7 @@ impl Policy for BatchRamp {
 
 impl BatchSize for BatchRamp {
     fn global_batch(&self, s: &State) -> u32 {
-        let mut b = s.initial_batch;
+        let mut b = s.global_batch;
         for _ in 0..passed(&self.milestones, s.epoch_fraction) {
             b = b.saturating_mul(self.factor);
         }
@@ -101,7 +101,7 @@ mod tests {
         );
 
         let tiny = State {
-            initial_batch: 5,
+            global_batch: 5,
             world_size: 8,
             ..state_at(0.0)
         };

@@ -7,7 +7,7 @@ use crate::{BatchSize, Info, ParamSpec, Params, Policy, State};
 /// The `batch` parameter (or the configured initial batch), fitted to the world size.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ConstantBatch {
-    /// The global batch; 0 keeps `initial_batch`.
+    /// The global batch; 0 keeps the configured one.
     pub batch: u32,
 }
 
@@ -34,7 +34,7 @@ impl Policy for ConstantBatch {
 impl BatchSize for ConstantBatch {
     fn global_batch(&self, s: &State) -> u32 {
         let b = if self.batch == 0 {
-            s.initial_batch
+            s.global_batch
         } else {
             self.batch
         };

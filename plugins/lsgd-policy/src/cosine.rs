@@ -65,8 +65,8 @@ impl Cosine {
             (n * r, r)
         } else {
             // Cycle n starts at r·(m^n − 1)/(m − 1); invert that for n.
-            let n = ((1.0 + x * (m - 1.0) / r).ln() / m.ln()).floor();
-            let mn = m.powf(n);
+            let n = (libm::log(1.0 + x * (m - 1.0) / r) / libm::log(m)).floor();
+            let mn = libm::pow(m, n);
             (r * (mn - 1.0) / (m - 1.0), r * mn)
         };
         ((x - start) / len).clamp(0.0, 1.0)
@@ -85,7 +85,7 @@ impl Schedule for Cosine {
             self.warmup.progress(s, s.total_epochs as f64)
         };
         let floor = self.final_lr_factor * eta;
-        floor + (eta - floor) * 0.5 * (1.0 + (PI * t).cos())
+        floor + (eta - floor) * 0.5 * (1.0 + libm::cos(PI * t))
     }
 }
 

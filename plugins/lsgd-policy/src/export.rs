@@ -66,24 +66,7 @@ macro_rules! __export_policy {
 
         #[inline(always)]
         fn __lsgd_state(s: lsgd::policy::types::TrainState) -> $crate::State {
-            $crate::State {
-                step: s.step,
-                epoch: s.epoch,
-                epoch_fraction: s.epoch_fraction,
-                steps_per_epoch: s.steps_per_epoch,
-                total_steps: s.total_steps,
-                total_epochs: s.total_epochs,
-                samples_per_epoch: s.samples_per_epoch,
-                samples_seen: s.samples_seen,
-                global_batch: s.global_batch,
-                initial_batch: s.initial_batch,
-                worker_batch: s.worker_batch,
-                world_size: s.world_size,
-                base_lr: s.base_lr,
-                reference_batch: s.reference_batch,
-                last_loss: s.last_loss,
-                last_metric: s.last_metric,
-            }
+            $crate::copy_train_state!(s => $crate::State)
         }
 
         fn __lsgd_to_wit(v: $crate::Value) -> lsgd::policy::types::ParamValue {

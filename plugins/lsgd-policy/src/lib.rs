@@ -34,9 +34,9 @@ pub use params::Params;
 pub struct State {
     /// Optimiser step about to be taken, 0-based.
     pub step: u64,
-    /// Current epoch, 0-based: floor(samples_seen / samples_per_epoch).
+    /// Current epoch, 0-based: floor(epoch_fraction).
     pub epoch: u32,
-    /// Fractional epoch e = samples_seen / samples_per_epoch, the clock every reference policy uses.
+    /// Fractional epoch e = samples_seen / (samples per epoch), the clock every reference policy uses.
     pub epoch_fraction: f64,
     /// Steps one epoch takes at the current global batch.
     pub steps_per_epoch: u64,
@@ -44,14 +44,10 @@ pub struct State {
     pub total_steps: u64,
     /// Epochs the run trains for; the end point of cosine, poly and label-smoothing ramps.
     pub total_epochs: u32,
-    /// Training samples in one epoch.
-    pub samples_per_epoch: u64,
     /// Samples consumed before this step, over all ranks.
     pub samples_seen: u64,
-    /// Global batch of this step (the previous step's, as seen by a batch-size policy).
+    /// Global batch of this step; a batch-size policy sees the configured batch and scales it.
     pub global_batch: u32,
-    /// Global batch the run was configured with; batch-size policies scale from it.
-    pub initial_batch: u32,
     /// Samples per worker: global_batch / world_size.
     pub worker_batch: u32,
     /// Number of data-parallel workers; batch-size policies round to a multiple of it.
@@ -64,6 +60,32 @@ pub struct State {
     pub last_loss: Option<f64>,
     /// Most recent evaluation metric, if any.
     pub last_metric: Option<f64>,
+}
+
+/// Copies every train-state field of `$src` into a `$dst` struct literal: the one list of
+/// fields through which the host and the guests convert between [`State`] and their generated
+/// WIT `TrainState` types.
+#[macro_export]
+macro_rules! copy_train_state {
+    ($src:expr => $dst:path) => {{
+        let s = $src;
+        $dst {
+            step: s.step,
+            epoch: s.epoch,
+            epoch_fraction: s.epoch_fraction,
+            steps_per_epoch: s.steps_per_epoch,
+            total_steps: s.total_steps,
+            total_epochs: s.total_epochs,
+            samples_seen: s.samples_seen,
+            global_batch: s.global_batch,
+            worker_batch: s.worker_batch,
+            world_size: s.world_size,
+            base_lr: s.base_lr,
+            reference_batch: s.reference_batch,
+            last_loss: s.last_loss,
+            last_metric: s.last_metric,
+        }
+    }};
 }
 
 /// The type of a parameter, so the host can parse command-line text before `configure`.
@@ -218,9 +240,7 @@ pub(crate) mod testing {
             epoch: e as u32,
             epoch_fraction: e,
             total_epochs: 90,
-            samples_per_epoch: 1_281_167,
             global_batch: 8192,
-            initial_batch: 8192,
             worker_batch: 256,
             world_size: 32,
             base_lr: 0.1,

@@ -49,7 +49,7 @@ impl Schedule for Poly {
             return lr;
         }
         let t = self.warmup.progress(s, s.total_epochs as f64);
-        let lr = eta * (1.0 - t).powf(self.power);
+        let lr = eta * libm::pow(1.0 - t, self.power);
         let floor = self.final_lr_factor * eta;
         if lr > floor { lr } else { floor }
     }

@@ -16,6 +16,9 @@ enum Mode {
     Nan,
     Negative,
     Infinite,
+    Clock,
+    Env,
+    File,
 }
 
 /// The misbehaving schedule.
@@ -31,9 +34,12 @@ impl Policy for BadSchedule {
             vec![ParamSpec::choice(
                 "mode",
                 &[
-                    "ok", "trap", "loop", "grow", "nan", "negative", "infinite", "reject",
+                    "ok", "trap", "loop", "grow", "nan", "negative", "infinite", "reject", "clock",
+                    "env", "file",
                 ],
-                "misbehaviour: ok (0.1), trap, loop, grow, nan, negative, infinite, reject (configure fails)",
+                "misbehaviour: ok (0.1), trap, loop, grow, nan, negative, infinite, reject \
+                 (configure fails); sandbox probes: clock (wall-clock seconds), env (number of \
+                 environment variables and arguments), file (1 if /etc/hostname is readable)",
             )],
         )
     }
@@ -47,6 +53,9 @@ impl Policy for BadSchedule {
             "nan" => Mode::Nan,
             "negative" => Mode::Negative,
             "infinite" => Mode::Infinite,
+            "clock" => Mode::Clock,
+            "env" => Mode::Env,
+            "file" => Mode::File,
             "reject" => return Err("bad-schedule rejects its parameters".to_owned()),
             other => return Err(format!("mode must be a listed word, got '{other}'")),
         };
@@ -64,6 +73,11 @@ impl Schedule for BadSchedule {
             Mode::Nan => f64::NAN,
             Mode::Negative => -1.0,
             Mode::Infinite => f64::INFINITY,
+            Mode::Clock => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(-1.0, |d| d.as_secs_f64()),
+            Mode::Env => (std::env::vars_os().count() + std::env::args_os().count()) as f64,
+            Mode::File => f64::from(u8::from(std::fs::read("/etc/hostname").is_ok())),
         }
     }
 }
