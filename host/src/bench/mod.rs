@@ -1,0 +1,23 @@
+//! Benchmarks that print ratios measured in one run (never timed assertions in tests).
+//!
+//! - [`policies`]: per-call cost of each policy plugin next to the same formula compiled
+//!   natively, plus size, load and instantiation times.
+
+pub mod policies;
+
+use std::time::Instant;
+
+/// Median of per-round averages: runs `round` `rounds` times (after one warm-up round) and
+/// returns the median nanoseconds per item, where each round processes `items` items.
+pub fn median_ns_per_item(rounds: usize, items: usize, mut round: impl FnMut()) -> f64 {
+    round();
+    let mut per_item: Vec<f64> = (0..rounds.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            round();
+            start.elapsed().as_nanos() as f64 / items.max(1) as f64
+        })
+        .collect();
+    per_item.sort_by(f64::total_cmp);
+    per_item[per_item.len() / 2]
+}

@@ -1,0 +1,182 @@
+//! `lsgd-host bench policies`: the median cost of one policy call through the sandbox, next to
+//! the same formula (the `lsgd-policy` crate the reference plugins are built from) compiled
+//! natively into the host, printed as a ratio from one run. Target: <= 200 ns per call.
+
+use std::hint::black_box;
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use lsgd_policy::{
+    BatchSize, LabelSmoothing, Params, Policy, Schedule, State, batch_ramp, constant,
+    constant_batch, cosine, label_smoothing, poly, warmup,
+};
+use serde::Serialize;
+
+use super::median_ns_per_item;
+use crate::plugin::{Origin, Plugin, Runtime, locate::locate};
+use crate::policy::{Clock, RunShape};
+
+/// The reference plugins, by file name.
+pub const REFERENCE_PLUGINS: &[&str] = &[
+    "warmup",
+    "cosine",
+    "poly",
+    "constant",
+    "batch-ramp",
+    "constant-batch",
+    "label-smoothing",
+];
+
+/// The target the issue sets for one call.
+pub const TARGET_NS: f64 = 200.0;
+
+/// One measured plugin.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    /// Plugin file.
+    pub plugin: String,
+    /// Its kind.
+    pub kind: String,
+    /// Component size in bytes.
+    pub size_bytes: usize,
+    /// Time to load the compiled component from the cache, ms.
+    pub load_cached_ms: f64,
+    /// Time to make a fresh configured instance, µs.
+    pub instantiate_us: f64,
+    /// Median ns per call through the sandbox.
+    pub wasm_ns: f64,
+    /// Median ns per call of the native formula, when the host knows it.
+    pub native_ns: Option<f64>,
+}
+
+/// Measures each plugin over the states of a 90-epoch Goyal-style run.
+pub fn run(runtime: &Runtime, plugins: &[String], rounds: usize) -> Result<Vec<Measurement>> {
+    let states = states()?;
+    plugins
+        .iter()
+        .map(|name| measure(runtime, name, &states, rounds))
+        .collect()
+}
+
+fn states() -> Result<Vec<State>> {
+    let mut clock = Clock::new(RunShape {
+        epochs: 90,
+        samples_per_epoch: 100 * 8192,
+        initial_batch: 8192,
+        world_size: 32,
+        base_lr: 0.1,
+        reference_batch: 256,
+    })
+    .map_err(anyhow::Error::msg)?;
+    let mut states = Vec::new();
+    while !clock.finished() {
+        states.push(clock.state());
+        clock.advance(8192, Some(2.0));
+    }
+    Ok(states)
+}
+
+fn measure(runtime: &Runtime, name: &str, states: &[State], rounds: usize) -> Result<Measurement> {
+    let path = locate(name).map_err(anyhow::Error::msg)?;
+    // The first load fills the cache; the second measures a load from it.
+    runtime.load(&path, None)?;
+    let mut plugin = runtime.load(&path, None)?;
+    let load_cached_ms = match plugin.facts().origin {
+        Origin::Cached(d) | Origin::Compiled(d) => d.as_secs_f64() * 1e3,
+    };
+    let start = Instant::now();
+    const INSTANCES: u32 = 20;
+    for _ in 0..INSTANCES {
+        plugin.reset()?;
+    }
+    let instantiate_us = start.elapsed().as_secs_f64() * 1e6 / f64::from(INSTANCES);
+    let wasm_ns = median_ns_per_item(rounds, states.len(), || {
+        for s in states {
+            black_box(plugin.call(black_box(s)).expect("benchmark call"));
+        }
+    });
+    let native_ns = native(&plugin)?.map(|mut f| {
+        median_ns_per_item(rounds, states.len(), || {
+            for s in states {
+                black_box(f(black_box(s)));
+            }
+        })
+    });
+    Ok(Measurement {
+        plugin: name.to_string(),
+        kind: plugin.kind().to_string(),
+        size_bytes: plugin.facts().size,
+        load_cached_ms,
+        instantiate_us,
+        wasm_ns,
+        native_ns,
+    })
+}
+
+type NativeFn = Box<dyn FnMut(&State) -> f64>;
+
+/// The native twin of a reference plugin, configured with the plugin's parameters.
+fn native(plugin: &Plugin) -> Result<Option<NativeFn>> {
+    let params = Params(plugin.params().to_vec());
+    let ctx = || format!("configuring the native {}", plugin.info().name);
+    fn schedule<P: Schedule + 'static>(p: &Params) -> Result<NativeFn, String> {
+        let p = P::configure(p)?;
+        Ok(Box::new(move |s| p.learning_rate(s)))
+    }
+    fn batch<P: BatchSize + 'static>(p: &Params) -> Result<NativeFn, String> {
+        let p = P::configure(p)?;
+        Ok(Box::new(move |s| f64::from(p.global_batch(s))))
+    }
+    fn smoothing<P: LabelSmoothing + 'static>(p: &Params) -> Result<NativeFn, String> {
+        let p = P::configure(p)?;
+        Ok(Box::new(move |s| f64::from(p.epsilon(s))))
+    }
+    let f = match plugin.info().name.as_str() {
+        n if n == warmup::Warmup::info().name => schedule::<warmup::Warmup>(&params),
+        n if n == cosine::Cosine::info().name => schedule::<cosine::Cosine>(&params),
+        n if n == poly::Poly::info().name => schedule::<poly::Poly>(&params),
+        n if n == constant::Constant::info().name => schedule::<constant::Constant>(&params),
+        n if n == batch_ramp::BatchRamp::info().name => batch::<batch_ramp::BatchRamp>(&params),
+        n if n == constant_batch::ConstantBatch::info().name => {
+            batch::<constant_batch::ConstantBatch>(&params)
+        }
+        n if n == label_smoothing::Smoothing::info().name => {
+            smoothing::<label_smoothing::Smoothing>(&params)
+        }
+        _ => return Ok(None),
+    };
+    f.map(Some).map_err(anyhow::Error::msg).with_context(ctx)
+}
+
+/// Prints the table, one row per plugin, with the ratio and the target check.
+pub fn print_table(rows: &[Measurement], mut out: impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<18} {:<16} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8}  target <= {TARGET_NS} ns",
+        "plugin", "kind", "size KiB", "load ms", "instance us", "wasm ns", "native ns", "ratio"
+    )?;
+    for m in rows {
+        let (native, ratio) = match m.native_ns {
+            Some(n) => (
+                format!("{n:.1}"),
+                format!("{:.0}x", m.wasm_ns / n.max(0.01)),
+            ),
+            None => ("-".into(), "-".into()),
+        };
+        writeln!(
+            out,
+            "{:<18} {:<16} {:>9.1} {:>10.2} {:>12.1} {:>10.1} {:>10} {:>8}  {}",
+            m.plugin,
+            m.kind,
+            m.size_bytes as f64 / 1024.0,
+            m.load_cached_ms,
+            m.instantiate_us,
+            m.wasm_ns,
+            native,
+            ratio,
+            if m.wasm_ns <= TARGET_NS { "ok" } else { "OVER" }
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! Argument groups shared by several subcommands, and their resolution into runtime settings.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+use crate::plugin::{Cache, Limits, Plugin, PolicyKind, Runtime, locate::locate};
+use crate::policy::{Bounds, Clock, PolicySet, RunShape};
+
+/// The shape of the (possibly imaginary) run whose states the policies see.
+#[derive(Args, Debug, Clone)]
+pub struct ShapeArgs {
+    /// Epochs to run.
+    #[arg(long)]
+    pub epochs: u32,
+    /// Optimiser steps per epoch at --global-batch (the data set is steps × batch samples).
+    #[arg(long)]
+    pub steps_per_epoch: u64,
+    /// Global batch at step 0.
+    #[arg(long)]
+    pub global_batch: u32,
+    /// Data-parallel workers k.
+    #[arg(long, default_value_t = 1)]
+    pub world_size: u32,
+    /// Learning rate at --reference-batch (Goyal: 0.1 per 256).
+    #[arg(long, default_value_t = 0.1)]
+    pub base_lr: f64,
+    /// Batch size --base-lr applies to.
+    #[arg(long, default_value_t = 256)]
+    pub reference_batch: u32,
+}
+
+impl ShapeArgs {
+    /// A clock at step 0 for this shape.
+    pub fn clock(&self) -> Result<Clock> {
+        let samples = self
+            .steps_per_epoch
+            .checked_mul(u64::from(self.global_batch))
+            .context("--steps-per-epoch × --global-batch overflows")?;
+        Clock::new(RunShape {
+            epochs: self.epochs,
+            samples_per_epoch: samples,
+            initial_batch: self.global_batch,
+            world_size: self.world_size,
+            base_lr: self.base_lr,
+            reference_batch: self.reference_batch,
+        })
+        .map_err(anyhow::Error::msg)
+    }
+}
+
+/// Sandbox limits and output bounds.
+#[derive(Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Memory cap of each plugin instance, MiB.
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    pub plugin_memory_mb: usize,
+    /// Wall-clock deadline of each policy call, ms.
+    #[arg(long, default_value_t = 10, value_name = "MS")]
+    pub plugin_deadline_ms: u64,
+    /// Largest global batch a batch-size policy may return.
+    #[arg(long, default_value_t = Bounds::default().max_batch)]
+    pub max_batch: u32,
+}
+
+impl LimitArgs {
+    /// A runtime with these limits and the cache from the environment.
+    pub fn runtime(&self) -> Result<Runtime> {
+        if self.plugin_memory_mb == 0 || self.plugin_deadline_ms == 0 {
+            bail!("--plugin-memory-mb and --plugin-deadline-ms must be at least 1");
+        }
+        Runtime::new(
+            Cache::from_env(),
+            Limits {
+                memory_bytes: self.plugin_memory_mb << 20,
+                deadline_ms: self.plugin_deadline_ms,
+                ..Limits::default()
+            },
+        )
+    }
+
+    /// The output bounds.
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            max_batch: self.max_batch,
+        }
+    }
+}
+
+/// The policy plugins of a run and their parameters.
+#[derive(Args, Debug, Clone)]
+pub struct PolicyArgs {
+    /// Learning-rate schedule plugin (a path, or a name such as `warmup`).
+    #[arg(long, value_name = "PLUGIN")]
+    pub schedule: Option<String>,
+    /// Batch-size controller plugin.
+    #[arg(long, value_name = "PLUGIN")]
+    pub batch_size: Option<String>,
+    /// Label-smoothing plugin.
+    #[arg(long, value_name = "PLUGIN")]
+    pub label_smoothing: Option<String>,
+    /// A plugin parameter, `schedule.KEY=VALUE`, `batch_size.KEY=VALUE` or
+    /// `label_smoothing.KEY=VALUE`; repeatable.
+    #[arg(long = "set", value_name = "KIND.KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+impl PolicyArgs {
+    /// Loads and configures every given plugin.
+    pub fn load(&self, runtime: &Runtime, bounds: Bounds) -> Result<PolicySet> {
+        let given = [
+            (PolicyKind::Schedule, &self.schedule),
+            (PolicyKind::BatchSize, &self.batch_size),
+            (PolicyKind::LabelSmoothing, &self.label_smoothing),
+        ];
+        let settings = parse_settings(&self.set, &PolicyKind::ALL.map(|k| k.set_prefix()))?;
+        for (prefix, key, _) in &settings {
+            let (kind, path) = given
+                .iter()
+                .find(|(k, _)| k.set_prefix() == prefix)
+                .expect("prefix was validated");
+            if path.is_none() {
+                bail!(
+                    "--set {prefix}.{key}=… given, but no {} plugin",
+                    kind.flag()
+                );
+            }
+        }
+        let mut plugins = Vec::new();
+        for (kind, path) in given {
+            if let Some(path) = path {
+                let mine = settings_for(&settings, kind.set_prefix());
+                plugins.push(load_configured(runtime, path, Some(kind), &mine)?);
+            }
+        }
+        PolicySet::new(plugins, bounds).map_err(anyhow::Error::msg)
+    }
+}
+
+/// Locates, loads and configures one plugin.
+pub fn load_configured(
+    runtime: &Runtime,
+    arg: &str,
+    kind: Option<PolicyKind>,
+    settings: &[(String, String)],
+) -> Result<Plugin> {
+    let path: PathBuf = locate(arg).map_err(anyhow::Error::msg)?;
+    let mut plugin = runtime.load(&path, kind)?;
+    plugin.configure(settings)?;
+    Ok(plugin)
+}
+
+/// Splits `PREFIX.KEY=VALUE` settings, checking every prefix is one of `prefixes` (hyphens and
+/// underscores are interchangeable in prefixes).
+pub fn parse_settings(raw: &[String], prefixes: &[&str]) -> Result<Vec<(String, String, String)>> {
+    raw.iter()
+        .map(|s| {
+            let (lhs, value) = s
+                .split_once('=')
+                .with_context(|| format!("--set {s}: expected KIND.KEY=VALUE"))?;
+            let (prefix, key) = lhs.split_once('.').with_context(|| {
+                format!("--set {s}: expected KIND.KEY=VALUE, e.g. schedule.warmup_epochs=5")
+            })?;
+            let prefix = prefix.replace('-', "_");
+            if !prefixes.contains(&prefix.as_str()) {
+                bail!(
+                    "--set {s}: unknown prefix `{prefix}`; use one of {}",
+                    prefixes.join(", ")
+                );
+            }
+            Ok((prefix, key.to_string(), value.to_string()))
+        })
+        .collect()
+}
+
+/// The `KEY=VALUE` pairs addressed to `prefix`.
+pub fn settings_for(settings: &[(String, String, String)], prefix: &str) -> Vec<(String, String)> {
+    settings
+        .iter()
+        .filter(|(p, _, _)| p == prefix)
+        .map(|(_, k, v)| (k.clone(), v.clone()))
+        .collect()
+}

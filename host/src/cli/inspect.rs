@@ -1,0 +1,163 @@
+//! `lsgd-host inspect`: what a plugin is, before anyone trains with it.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use serde::Serialize;
+use wasmtime::component::Component;
+
+use super::args::LimitArgs;
+use super::trace::Format;
+use crate::plugin::params::{render, type_name};
+use crate::plugin::runtime::wasm_err;
+use crate::plugin::{Origin, locate::locate};
+
+/// Arguments of `inspect`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The plugin (a path, or a name such as `warmup`).
+    plugin: String,
+    /// `json` for scripts; anything else prints text.
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+#[derive(Serialize)]
+struct Report {
+    file: String,
+    size_bytes: usize,
+    kind: String,
+    world: String,
+    wit_version: String,
+    name: String,
+    version: String,
+    summary: String,
+    params: Vec<Param>,
+    imports: Vec<String>,
+    compile_ms: f64,
+    cached_load_ms: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Param {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+    default: Option<String>,
+    doc: String,
+}
+
+/// Runs `inspect`.
+pub fn run(args: InspectArgs) -> Result<()> {
+    let runtime = args.limits.runtime()?;
+    let path = locate(&args.plugin).map_err(anyhow::Error::msg)?;
+    let plugin = runtime.load(&path, None)?;
+    // Always time a fresh compilation, whatever the cache holds.
+    let bytes = std::fs::read(&path)?;
+    let start = Instant::now();
+    Component::new(runtime.engine(), &bytes).map_err(wasm_err)?;
+    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    let cached_load_ms = match runtime.load(&path, None)?.facts().origin {
+        Origin::Cached(d) => Some(d.as_secs_f64() * 1e3),
+        Origin::Compiled(_) => None,
+    };
+    let info = plugin.info();
+    let report = Report {
+        file: plugin.label().to_string(),
+        size_bytes: plugin.facts().size,
+        kind: plugin.kind().to_string(),
+        world: plugin.kind().world().to_string(),
+        wit_version: plugin.contract().version.to_string(),
+        name: info.name.clone(),
+        version: info.version.clone(),
+        summary: info.summary.clone(),
+        params: info
+            .params
+            .iter()
+            .map(|p| Param {
+                name: p.name.clone(),
+                ty: type_name(&p.ty),
+                default: p.default.as_ref().map(render),
+                doc: p.doc.clone(),
+            })
+            .collect(),
+        imports: plugin.facts().imports.clone(),
+        compile_ms,
+        cached_load_ms,
+    };
+    if args.format == Some(Format::Json) {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report);
+    }
+    Ok(())
+}
+
+fn print_text(r: &Report) {
+    println!(
+        "file:        {} ({:.1} KiB)",
+        r.file,
+        r.size_bytes as f64 / 1024.0
+    );
+    println!("world:       {} (lsgd:policy@{})", r.world, r.wit_version);
+    println!("plugin:      {} {}: {}", r.name, r.version, r.summary);
+    match r.cached_load_ms {
+        Some(c) => println!("compile:     {:.1} ms; from cache {c:.2} ms", r.compile_ms),
+        None => println!("compile:     {:.1} ms (cache disabled)", r.compile_ms),
+    }
+    if r.imports.is_empty() {
+        println!("imports:     none");
+    } else {
+        println!(
+            "imports:     {} (sandboxed: empty WASI context)",
+            r.imports.len()
+        );
+        for i in &r.imports {
+            println!("  {i}");
+        }
+    }
+    if r.params.is_empty() {
+        println!("parameters:  none");
+        return;
+    }
+    println!(
+        "parameters:  (set with --set {}.NAME=VALUE)",
+        kind_prefix(&r.kind)
+    );
+    let w = r
+        .params
+        .iter()
+        .map(|p| p.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let tw = r
+        .params
+        .iter()
+        .map(|p| p.ty.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let dw = r
+        .params
+        .iter()
+        .map(|p| p.default.as_deref().map_or(10, str::len))
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    println!("  {:<w$}  {:<tw$}  {:<dw$}  doc", "name", "type", "default");
+    for p in &r.params {
+        let default = p.default.as_deref().unwrap_or("(required)");
+        println!(
+            "  {:<w$}  {:<tw$}  {:<dw$}  {}",
+            p.name, p.ty, default, p.doc
+        );
+    }
+}
+
+fn kind_prefix(kind: &str) -> String {
+    kind.replace('-', "_")
+}

@@ -1,0 +1,72 @@
+//! The command line: clap definitions and one module per subcommand. Exit codes: 0 success,
+//! 1 `compare` found a difference, 2 an error (bad input, a plugin fault).
+
+mod args;
+mod bench;
+mod compare;
+mod inspect;
+mod trace;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+const EXAMPLES: &str = "\
+Examples:
+  # Goyal et al.: 90 epochs at batch 8192, 5 warmup epochs, ×0.1 at 30/60/80, as CSV and a plot
+  lsgd-host trace --schedule warmup --epochs 90 --steps-per-epoch 156 --global-batch 8192 \\
+      --plot warmup.png > warmup.csv
+
+  # Change a parameter; add a batch-size controller (the schedule sees the batch it returns)
+  lsgd-host trace --schedule warmup --set schedule.warmup_epochs=2 --batch-size batch-ramp \\
+      --set batch_size.max_batch=32768 --epochs 90 --steps-per-epoch 100 --global-batch 8192
+
+  # What a plugin is: world, WIT version, parameters, imports, compile time
+  lsgd-host inspect warmup
+
+  # Regression check for CI: exit 0 when bit-identical (or within --rtol), 1 otherwise
+  lsgd-host compare warmup my-warmup.wasm --epochs 90 --steps-per-epoch 100 --global-batch 8192
+
+  # Cost of a policy call through the sandbox vs native
+  lsgd-host bench policies
+
+Plugin arguments are paths, or names looked up in $LSGD_PLUGIN_PATH and next to the binary.";
+
+/// Large-batch synchronous SGD with training policies as sandboxed WebAssembly plugins.
+#[derive(Parser, Debug)]
+#[command(name = "lsgd-host", version, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the policies' outputs at every step of a run, without training.
+    Trace(trace::TraceArgs),
+    /// Describe a plugin: world, WIT version, parameters, imports, size, compile time.
+    Inspect(inspect::InspectArgs),
+    /// Run two plugins over the same states; exit 1 if they differ beyond tolerance.
+    Compare(compare::CompareArgs),
+    /// Benchmarks that print ratios measured in one run.
+    Bench(bench::BenchArgs),
+}
+
+/// Parses the command line, runs it and maps the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Trace(a) => trace::run(a).map(|()| true),
+        Command::Inspect(a) => inspect::run(a).map(|()| true),
+        Command::Compare(a) => compare::run(a),
+        Command::Bench(a) => bench::run(a).map(|()| true),
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! lsgd-host: large-batch synchronous SGD with training policies as sandboxed WebAssembly
+//! components.
+//!
+//! - [`plugin`]: loading and calling policy components (the sandbox, the contract versions);
+//! - [`policy`]: the training clock that produces each step's `train-state`, and the set of
+//!   policies consulted at every step, with output checks;
+//! - [`trace`]: policy outputs over a whole run without training (`lsgd-host trace`);
+//! - [`compare`]: two plugins over the same states (`lsgd-host compare`);
+//! - [`plot`]: charts of traces;
+//! - [`bench`]: measurements that print ratios from one run;
+//! - [`cli`]: the command line.
+
+pub mod bench;
+pub mod cli;
+pub mod compare;
+pub mod plot;
+pub mod plugin;
+pub mod policy;
+pub mod trace;

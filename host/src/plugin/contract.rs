@@ -1,0 +1,209 @@
+//! Which contract a component implements, read from its export names before anything is
+//! instantiated. A plugin exports `lsgd:policy/plugin@X.Y.Z` and exactly one policy interface
+//! (`lsgd:policy/schedule@X.Y.Z`, ...). The host keeps one set of bindings per released minor
+//! version (`v0_1` ...) and dispatches on the version the plugin declares, so plugins built
+//! against an older minor version keep loading after the contract grows.
+
+use std::fmt;
+
+/// The WIT package every plugin implements.
+pub const PACKAGE: &str = "lsgd:policy";
+
+/// The kinds of policy, one WIT world each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// `learning-rate(state) -> f64`.
+    Schedule,
+    /// `global-batch(state) -> u32`.
+    BatchSize,
+    /// `epsilon(state) -> f32`.
+    LabelSmoothing,
+}
+
+impl PolicyKind {
+    /// Every kind, in the order the host calls them each step.
+    pub const ALL: [PolicyKind; 3] = [
+        PolicyKind::BatchSize,
+        PolicyKind::Schedule,
+        PolicyKind::LabelSmoothing,
+    ];
+
+    /// The WIT interface name.
+    pub fn interface(self) -> &'static str {
+        match self {
+            PolicyKind::Schedule => "schedule",
+            PolicyKind::BatchSize => "batch-size",
+            PolicyKind::LabelSmoothing => "label-smoothing",
+        }
+    }
+
+    /// The WIT world a plugin of this kind targets.
+    pub fn world(self) -> &'static str {
+        match self {
+            PolicyKind::Schedule => "schedule-plugin",
+            PolicyKind::BatchSize => "batch-size-plugin",
+            PolicyKind::LabelSmoothing => "label-smoothing-plugin",
+        }
+    }
+
+    /// The prefix of `--set PREFIX.KEY=VALUE` for this kind.
+    pub fn set_prefix(self) -> &'static str {
+        match self {
+            PolicyKind::Schedule => "schedule",
+            PolicyKind::BatchSize => "batch_size",
+            PolicyKind::LabelSmoothing => "label_smoothing",
+        }
+    }
+
+    /// The command-line flag that takes a plugin of this kind.
+    pub fn flag(self) -> &'static str {
+        match self {
+            PolicyKind::Schedule => "--schedule",
+            PolicyKind::BatchSize => "--batch-size",
+            PolicyKind::LabelSmoothing => "--label-smoothing",
+        }
+    }
+
+    fn from_interface(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.interface() == name)
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.interface())
+    }
+}
+
+/// A semantic version of the WIT package.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version {
+    /// Major.
+    pub major: u32,
+    /// Minor.
+    pub minor: u32,
+    /// Patch.
+    pub patch: u32,
+}
+
+impl Version {
+    fn parse(s: &str) -> Option<Version> {
+        let mut it = s.split('.').map(|p| p.parse::<u32>().ok());
+        let v = Version {
+            major: it.next()??,
+            minor: it.next()??,
+            patch: it.next()??,
+        };
+        it.next().is_none().then_some(v)
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The contract versions this host has bindings for, oldest first.
+pub const SUPPORTED: &[Version] = &[Version {
+    major: 0,
+    minor: 1,
+    patch: 0,
+}];
+
+/// The bindings the host uses for a plugin: one variant per released minor version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding {
+    /// `lsgd:policy@0.1.x`, bound by [`super::v0_1`].
+    V0_1,
+}
+
+/// What a component's exports say about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Contract {
+    /// The policy kind (world) it implements.
+    pub kind: PolicyKind,
+    /// The contract version it was built against.
+    pub version: Version,
+    /// The host bindings that serve it.
+    pub binding: Binding,
+}
+
+impl Contract {
+    /// Reads the contract off a component's export names; the error says what is wrong in
+    /// words a plugin author can act on.
+    pub fn detect<'a>(exports: impl IntoIterator<Item = &'a str>) -> Result<Contract, String> {
+        let exports: Vec<&str> = exports.into_iter().collect();
+        let ours: Vec<(&str, &str)> = exports
+            .iter()
+            .filter_map(|e| e.strip_prefix(PACKAGE)?.strip_prefix('/'))
+            .filter_map(|e| e.split_once('@'))
+            .collect();
+        if ours.is_empty() {
+            let shown = if exports.is_empty() {
+                "nothing".to_string()
+            } else {
+                exports.join(", ")
+            };
+            return Err(format!(
+                "not an lsgd policy plugin: it exports {shown}, but a plugin exports \
+                 {PACKAGE}/plugin and one of {PACKAGE}/schedule, /batch-size, /label-smoothing"
+            ));
+        }
+        let mut versions: Vec<&str> = ours.iter().map(|(_, v)| *v).collect();
+        versions.dedup();
+        if versions.len() > 1 {
+            return Err(format!(
+                "exports several versions of {PACKAGE} ({}); a plugin targets one",
+                versions.join(", ")
+            ));
+        }
+        let version = Version::parse(versions[0])
+            .ok_or_else(|| format!("exports {PACKAGE}@{}, not a valid version", versions[0]))?;
+        let binding = binding_for(version)?;
+        if !ours.iter().any(|(i, _)| *i == "plugin") {
+            return Err(format!(
+                "missing export {PACKAGE}/plugin@{version} (describe, configure)"
+            ));
+        }
+        let kinds: Vec<PolicyKind> = ours
+            .iter()
+            .filter_map(|(i, _)| PolicyKind::from_interface(i))
+            .collect();
+        match kinds.as_slice() {
+            [kind] => Ok(Contract {
+                kind: *kind,
+                version,
+                binding,
+            }),
+            [] => Err(format!(
+                "exports no policy interface: expected one of {PACKAGE}/schedule, \
+                 /batch-size or /label-smoothing @{version}"
+            )),
+            many => Err(format!(
+                "exports several policy interfaces ({}); a plugin targets exactly one world",
+                many.iter()
+                    .map(|k| k.interface())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+}
+
+fn binding_for(v: Version) -> Result<Binding, String> {
+    let supported = SUPPORTED
+        .iter()
+        .map(|s| format!("{}.{}", s.major, s.minor))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match (v.major, v.minor) {
+        (0, 1) => Ok(Binding::V0_1),
+        (0, _) if v > *SUPPORTED.last().expect("at least one version") => Err(format!(
+            "built against {PACKAGE}@{v}, newer than this host ({supported}); upgrade lsgd-host"
+        )),
+        _ => Err(format!(
+            "built against {PACKAGE}@{v}, an unsupported major version; this host loads {supported}"
+        )),
+    }
+}

@@ -1,0 +1,258 @@
+//! One loaded plugin: its compiled component, its description, its configured parameters and a
+//! live sandboxed instance. After any fault the instance is discarded (wasmtime cannot re-enter
+//! an instance that trapped); [`Plugin::reset`] makes a fresh one with the same parameters.
+
+use lsgd_policy::{Info, State, Value};
+use wasmtime::component::InstancePre;
+use wasmtime::{Engine, Store, Trap};
+
+use super::cache::Origin;
+use super::contract::{Binding, Contract, PolicyKind};
+use super::error::{Fault, PluginError};
+use super::params;
+use super::runtime::{TICK, wasm_msg};
+use super::sandbox::{Limits, Sandbox};
+use super::v0_1::{self, Bound, Output};
+
+/// Setup calls (instantiation, describe, configure) may initialise a language runtime, so they
+/// get this many times the per-call deadline, and at least [`SETUP_MIN_MS`].
+const SETUP_DEADLINE_FACTOR: u64 = 100;
+const SETUP_MIN_MS: u64 = 1_000;
+
+/// Static facts about a plugin file, for `inspect`.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// Size of the component in bytes.
+    pub size: usize,
+    /// Whether it was compiled now or loaded from the cache, and how long that took.
+    pub origin: Origin,
+    /// The names of everything it imports (WASI interfaces, if its toolchain needs them).
+    pub imports: Vec<String>,
+}
+
+/// A loaded, sandboxed policy plugin.
+pub struct Plugin {
+    label: String,
+    engine: Engine,
+    pre: InstancePre<Sandbox>,
+    contract: Contract,
+    indices: v0_1::Indices,
+    facts: Facts,
+    limits: Limits,
+    info: Info,
+    params: Vec<(String, Value)>,
+    live: Option<Live>,
+}
+
+struct Live {
+    store: Store<Sandbox>,
+    bound: Bound,
+    configured: bool,
+}
+
+impl Plugin {
+    pub(super) fn new(
+        label: String,
+        engine: Engine,
+        pre: InstancePre<Sandbox>,
+        contract: Contract,
+        facts: Facts,
+        limits: Limits,
+    ) -> Result<Self, PluginError> {
+        let indices = match contract.binding {
+            Binding::V0_1 => v0_1::Indices::new(&pre, contract.kind),
+        }
+        .map_err(|e| {
+            PluginError::new(
+                label.clone(),
+                "load",
+                Fault::Load(format!(
+                    "does not match world {} of lsgd:policy@{}: {}",
+                    contract.kind.world(),
+                    contract.version,
+                    wasm_msg(&e)
+                )),
+            )
+        })?;
+        let mut plugin = Plugin {
+            label,
+            engine,
+            pre,
+            contract,
+            indices,
+            facts,
+            limits,
+            info: Info {
+                name: String::new(),
+                version: String::new(),
+                summary: String::new(),
+                params: Vec::new(),
+            },
+            params: Vec::new(),
+            live: None,
+        };
+        let mut live = plugin.instantiate()?;
+        plugin.arm(&mut live.store, true);
+        let info = live
+            .bound
+            .describe(&mut live.store)
+            .map_err(|e| plugin.fault("describe", &live.store, e))?;
+        params::check_specs(&info.params)
+            .map_err(|m| PluginError::new(plugin.label.clone(), "describe", Fault::Load(m)))?;
+        plugin.params = params::resolve(&info.params, &[]).unwrap_or_default();
+        plugin.info = info;
+        plugin.live = Some(live);
+        Ok(plugin)
+    }
+
+    /// The file the plugin was loaded from, as the user gave it.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Its kind (world).
+    pub fn kind(&self) -> PolicyKind {
+        self.contract.kind
+    }
+
+    /// The contract it was built against.
+    pub fn contract(&self) -> &Contract {
+        &self.contract
+    }
+
+    /// What `describe()` returned.
+    pub fn info(&self) -> &Info {
+        &self.info
+    }
+
+    /// Size, compile origin and imports.
+    pub fn facts(&self) -> &Facts {
+        &self.facts
+    }
+
+    /// The limits its instances run under.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The parameter values in force (defaults until [`Plugin::configure`] is called).
+    pub fn params(&self) -> &[(String, Value)] {
+        &self.params
+    }
+
+    /// Type-checks `settings` against `describe()`, then configures a fresh instance with them
+    /// (defaults filled in). The plugin's own rejection comes back as [`Fault::Configure`].
+    pub fn configure(&mut self, settings: &[(String, String)]) -> Result<(), PluginError> {
+        let params = params::resolve(&self.info.params, settings)
+            .map_err(|m| PluginError::new(self.label.clone(), "configure", Fault::Param(m)))?;
+        self.params = params;
+        self.reset()
+    }
+
+    /// Replaces the instance with a fresh one configured with the parameters in force. This is
+    /// how the host recovers after a fault: policies are pure, so nothing is lost.
+    pub fn reset(&mut self) -> Result<(), PluginError> {
+        let mut live = match self.live.take() {
+            Some(live) if !live.configured => live,
+            _ => self.instantiate()?,
+        };
+        self.arm(&mut live.store, true);
+        match live.bound.configure(&mut live.store, &self.params) {
+            Ok(Ok(())) => {}
+            Ok(Err(msg)) => {
+                return Err(PluginError::new(
+                    self.label.clone(),
+                    "configure",
+                    Fault::Configure(msg),
+                ));
+            }
+            Err(e) => return Err(self.fault("configure", &live.store, e)),
+        }
+        live.configured = true;
+        self.live = Some(live);
+        Ok(())
+    }
+
+    /// Calls the policy function of this plugin's kind for `state`. Raw output: range checks
+    /// belong to the caller, which knows the limits (see `policy::PolicySet`).
+    pub fn call(&mut self, state: &State) -> Result<Output, PluginError> {
+        if !self.live.as_ref().is_some_and(|l| l.configured) {
+            self.reset().map_err(|e| e.at_step(state.step))?;
+        }
+        let call = self.call_name();
+        let mut live = self.live.take().expect("reset leaves a live instance");
+        self.arm(&mut live.store, false);
+        match live.bound.call(&mut live.store, state) {
+            Ok(out) => {
+                self.live = Some(live);
+                Ok(out)
+            }
+            // The instance is dropped: it may be mid-way through a trap.
+            Err(e) => Err(self.fault(call, &live.store, e).at_step(state.step)),
+        }
+    }
+
+    /// The WIT name of this plugin's policy function.
+    pub fn call_name(&self) -> &'static str {
+        match self.contract.kind {
+            PolicyKind::Schedule => "learning-rate",
+            PolicyKind::BatchSize => "global-batch",
+            PolicyKind::LabelSmoothing => "epsilon",
+        }
+    }
+
+    fn instantiate(&self) -> Result<Live, PluginError> {
+        let mut store = Store::new(&self.engine, Sandbox::new(&self.limits));
+        store.limiter(|s| s.limiter());
+        self.arm(&mut store, true);
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| self.fault("instantiate", &store, e))?;
+        let bound = self.indices.bind(&mut store, &instance).map_err(|e| {
+            PluginError::new(
+                self.label.clone(),
+                "load",
+                Fault::Load(format!(
+                    "does not match world {} of lsgd:policy@{}: {}",
+                    self.contract.kind.world(),
+                    self.contract.version,
+                    wasm_msg(&e)
+                )),
+            )
+        })?;
+        Ok(Live {
+            store,
+            bound,
+            configured: false,
+        })
+    }
+
+    /// Sets the epoch deadline before entering the guest.
+    fn arm(&self, store: &mut Store<Sandbox>, setup: bool) {
+        let ms = if setup {
+            (self.limits.deadline_ms * SETUP_DEADLINE_FACTOR).max(SETUP_MIN_MS)
+        } else {
+            self.limits.deadline_ms
+        };
+        store.set_epoch_deadline(ms.div_ceil(TICK.as_millis() as u64).max(1));
+    }
+
+    fn fault(&self, call: &'static str, store: &Store<Sandbox>, e: wasmtime::Error) -> PluginError {
+        let fault = if let Some(requested) = store.data().memory_cap_hit() {
+            Fault::MemoryCap {
+                cap: self.limits.memory_bytes,
+                requested,
+            }
+        } else if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+            Fault::Deadline {
+                ms: self.limits.deadline_ms,
+            }
+        } else {
+            Fault::Trap(wasm_msg(&e))
+        };
+        let mut err = PluginError::new(self.label.clone(), call, fault);
+        err.guest_stderr = Some(store.data().stderr()).filter(|s| !s.is_empty());
+        err
+    }
+}

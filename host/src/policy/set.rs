@@ -1,0 +1,143 @@
+//! The policies consulted at every step, in the order that makes their inputs well defined:
+//! the batch-size policy first (it sees the configured batch), then the schedule and the
+//! label-smoothing policy (they see the batch it returned). Every output is range-checked here,
+//! so a bad value stops training with an error that names the plugin, the call and the step.
+
+use lsgd_policy::State;
+
+use super::clock::Clock;
+use crate::plugin::{Fault, Output, Plugin, PluginError, PolicyKind};
+
+/// What the policies decided for one step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    /// The state the schedule and smoothing policies saw.
+    pub state: State,
+    /// Learning rate.
+    pub lr: f64,
+    /// Global batch.
+    pub global_batch: u32,
+    /// Label-smoothing epsilon.
+    pub label_smoothing: f32,
+}
+
+/// Output limits that are the host's to choose.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// Largest global batch a batch-size policy may ask for.
+    pub max_batch: u32,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds { max_batch: 1 << 20 }
+    }
+}
+
+/// The loaded policies of a run; absent ones fall back to constant behaviour (the base LR
+/// unscaled, the initial batch, no smoothing).
+pub struct PolicySet {
+    schedule: Option<Plugin>,
+    batch_size: Option<Plugin>,
+    label_smoothing: Option<Plugin>,
+    bounds: Bounds,
+}
+
+impl PolicySet {
+    /// Puts each plugin in its slot; a plugin of the wrong kind is refused.
+    pub fn new(plugins: Vec<Plugin>, bounds: Bounds) -> Result<Self, String> {
+        let mut set = PolicySet {
+            schedule: None,
+            batch_size: None,
+            label_smoothing: None,
+            bounds,
+        };
+        for p in plugins {
+            let kind = p.kind();
+            let slot = set.slot(kind);
+            if let Some(old) = slot {
+                return Err(format!(
+                    "two {kind} plugins given: {} and {}",
+                    old.label(),
+                    p.label()
+                ));
+            }
+            *slot = Some(p);
+        }
+        Ok(set)
+    }
+
+    fn slot(&mut self, kind: PolicyKind) -> &mut Option<Plugin> {
+        match kind {
+            PolicyKind::Schedule => &mut self.schedule,
+            PolicyKind::BatchSize => &mut self.batch_size,
+            PolicyKind::LabelSmoothing => &mut self.label_smoothing,
+        }
+    }
+
+    /// The plugin of `kind`, if loaded.
+    pub fn get(&self, kind: PolicyKind) -> Option<&Plugin> {
+        match kind {
+            PolicyKind::Schedule => self.schedule.as_ref(),
+            PolicyKind::BatchSize => self.batch_size.as_ref(),
+            PolicyKind::LabelSmoothing => self.label_smoothing.as_ref(),
+        }
+    }
+
+    /// Asks every policy for this step's values.
+    pub fn decide(&mut self, clock: &Clock) -> Result<Decision, PluginError> {
+        let bounds = self.bounds;
+        let global_batch = match &mut self.batch_size {
+            Some(p) => check_output(p, &clock.state(), bounds)?.as_f64() as u32,
+            None => clock.state().global_batch,
+        };
+        let state = clock.state_with_batch(global_batch);
+        let lr = match &mut self.schedule {
+            Some(p) => check_output(p, &state, bounds)?.as_f64(),
+            None => state.base_lr,
+        };
+        let label_smoothing = match &mut self.label_smoothing {
+            Some(p) => check_output(p, &state, bounds)?.as_f64() as f32,
+            None => 0.0,
+        };
+        Ok(Decision {
+            state,
+            lr,
+            global_batch,
+            label_smoothing,
+        })
+    }
+}
+
+/// Calls `plugin` and applies the contract's range checks to what it returns.
+pub fn check_output(
+    plugin: &mut Plugin,
+    state: &State,
+    bounds: Bounds,
+) -> Result<Output, PluginError> {
+    let out = plugin.call(state)?;
+    let problem = match out {
+        Output::LearningRate(lr) if !lr.is_finite() || lr < 0.0 => {
+            Some(format!("learning rate {lr}: must be finite and >= 0"))
+        }
+        Output::GlobalBatch(b) if b == 0 || b > bounds.max_batch => Some(format!(
+            "global batch {b}: must be between 1 and --max-batch {}",
+            bounds.max_batch
+        )),
+        Output::GlobalBatch(b) if !b.is_multiple_of(state.world_size) => Some(format!(
+            "global batch {b}: not divisible by the world size {}",
+            state.world_size
+        )),
+        Output::Epsilon(e) if !(0.0..1.0).contains(&e) => {
+            Some(format!("label-smoothing epsilon {e}: must be in [0, 1)"))
+        }
+        _ => None,
+    };
+    match problem {
+        Some(m) => Err(
+            PluginError::new(plugin.label(), plugin.call_name(), Fault::BadOutput(m))
+                .at_step(state.step),
+        ),
+        None => Ok(out),
+    }
+}
