@@ -1,0 +1,45 @@
+//! The compiled-component cache: a second load is a deserialisation, a damaged entry is
+//! recompiled, and no cache at all still works.
+
+use lsgd_host::plugin::{Cache, Limits, Origin, Runtime};
+
+use crate::common::*;
+
+#[test]
+fn second_load_comes_from_the_cache() {
+    let dir = scratch("cache-hit");
+    let rt = Runtime::new(Cache::new(Some(dir.clone())), Limits::default()).unwrap();
+    let first = rt.load(&plugin_path("cosine"), None).unwrap();
+    assert!(matches!(first.facts().origin, Origin::Compiled(_)));
+    let second = rt.load(&plugin_path("cosine"), None).unwrap();
+    assert!(matches!(second.facts().origin, Origin::Cached(_)));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+}
+
+#[test]
+fn damaged_entry_is_recompiled() {
+    let dir = scratch("cache-damaged");
+    let rt = Runtime::new(Cache::new(Some(dir.clone())), Limits::default()).unwrap();
+    rt.load(&plugin_path("poly"), None).unwrap();
+    let entry = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::write(&entry, b"garbage").unwrap();
+    let p = rt.load(&plugin_path("poly"), None).unwrap();
+    assert!(matches!(p.facts().origin, Origin::Compiled(_)));
+    // ... and the entry is good again.
+    let p = rt.load(&plugin_path("poly"), None).unwrap();
+    assert!(matches!(p.facts().origin, Origin::Cached(_)));
+}
+
+#[test]
+fn no_cache_compiles_every_time() {
+    let rt = Runtime::new(Cache::new(None), Limits::default()).unwrap();
+    for _ in 0..2 {
+        let p = rt.load(&plugin_path("constant"), None).unwrap();
+        assert!(matches!(p.facts().origin, Origin::Compiled(_)));
+    }
+}

@@ -1,0 +1,89 @@
+//! Helpers shared by the integration tests.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use lsgd_host::plugin::{Cache, Limits, Plugin, PluginError, PolicyKind, Runtime};
+use lsgd_host::policy::{Clock, RunShape};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A built plugin or test guest, by name (`warmup`, `bad-schedule` ...).
+pub fn plugin_path(name: &str) -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let p = dir.join("plugins").join(format!("{name}.wasm"));
+    assert!(
+        p.is_file(),
+        "{} is missing: build the plugins first with scripts/build-plugins.sh",
+        p.display()
+    );
+    p
+}
+
+/// A runtime with default limits and a cache private to this test process.
+pub fn runtime() -> Runtime {
+    runtime_with(Limits::default())
+}
+
+/// A runtime with the given limits.
+pub fn runtime_with(limits: Limits) -> Runtime {
+    Runtime::new(Cache::new(Some(cache_dir().to_path_buf())), limits).unwrap()
+}
+
+fn cache_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("lsgd-test-cache-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    })
+}
+
+/// Loads a plugin by name and configures it with `settings`.
+pub fn load(rt: &Runtime, name: &str, settings: &[(&str, &str)]) -> Result<Plugin, PluginError> {
+    let mut p = rt.load(&plugin_path(name), None)?;
+    p.configure(&owned(settings))?;
+    Ok(p)
+}
+
+/// Loads a plugin expecting `kind`.
+pub fn load_as(rt: &Runtime, name: &str, kind: PolicyKind) -> Result<Plugin, PluginError> {
+    rt.load(&plugin_path(name), Some(kind))
+}
+
+/// `(&str, &str)` pairs as owned settings.
+pub fn owned(settings: &[(&str, &str)]) -> Vec<(String, String)> {
+    settings
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A Goyal-style run: `epochs` epochs of `steps` steps at global batch `batch`, k = 32.
+pub fn clock(epochs: u32, steps: u64, batch: u32) -> Clock {
+    Clock::new(RunShape {
+        epochs,
+        samples_per_epoch: steps * u64::from(batch),
+        initial_batch: batch,
+        world_size: 32,
+        base_lr: 0.1,
+        reference_batch: 256,
+    })
+    .unwrap()
+}
+
+/// A scratch directory unique to one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lsgd-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

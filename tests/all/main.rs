@@ -1,0 +1,11 @@
+//! Integration tests of lsgd-host, one binary (as wasmtime does) to keep link time down. They
+//! need the reference plugins and test guests built: `scripts/build-plugins.sh` (the README's
+//! test command does it).
+
+mod cache;
+mod cli;
+mod common;
+mod faults;
+mod formulas;
+mod golden;
+mod wit_frozen;

@@ -1,0 +1,17 @@
+//! A released WIT version is frozen: changing it would silently break every plugin built
+//! against it. Grow the contract in a new folder (wit/v0.2.0/) instead; see wit/README.md.
+
+use crate::common::root;
+
+/// blake3 of wit/v0.1.0/policy.wit as released.
+const V0_1_0: &str = "a51efbe37051bafde88a727a09e681d5f0af67261c37ed7006d2622521e9799b";
+
+#[test]
+fn wit_v0_1_0_is_frozen() {
+    let text = std::fs::read(root().join("wit/v0.1.0/policy.wit")).unwrap();
+    assert_eq!(
+        blake3::hash(&text).to_hex().as_str(),
+        V0_1_0,
+        "wit/v0.1.0 is released and frozen; put changes in a new version folder"
+    );
+}
