@@ -1,0 +1,8 @@
+# Sourced by the other scripts: where builds and caches live. Kept outside the clone so a fresh
+# clone (CI) reuses the compiled dependencies of earlier runs on the same machine.
+LSGD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export LSGD_ROOT
+export LSGD_CACHE_ROOT="${LSGD_CACHE_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/lsgd-host}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$LSGD_CACHE_ROOT/target}"
+export LSGD_CACHE_DIR="${LSGD_CACHE_DIR:-$LSGD_CACHE_ROOT/components}"
+export PATH="$HOME/.cargo/bin:$PATH"

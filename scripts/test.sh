@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every check and test of lsgd-host; installs what is missing first. CI runs this.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$LSGD_ROOT"
+bash scripts/setup.sh
+
+step() { printf '\n== %s\n' "$*" >&2; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "build the plugins and test guests (wasm32-wasip2)"
+bash scripts/build-plugins.sh
+
+step "clippy: host (native) and guests (wasm32-wasip2)"
+cargo clippy --locked -p lsgd-host -p lsgd-policy --all-targets -- -D warnings
+mapfile -t guests < <(bash scripts/build-plugins.sh --list)
+cargo clippy --locked --profile plugin --target wasm32-wasip2 "${guests[@]/#/-p=}" -- -D warnings
+
+step "examples"
+cargo build --locked --release -p lsgd-host
+for ex in examples/*.sh; do
+  echo "-- $ex" >&2
+  LSGD_BIN="$CARGO_TARGET_DIR/release/lsgd-host" bash "$ex" >/dev/null
+done
+
+step "tests"
+cargo test --locked -p lsgd-host -p lsgd-policy
