@@ -179,16 +179,18 @@ impl Plugin {
         if !self.live.as_ref().is_some_and(|l| l.configured) {
             self.reset().map_err(|e| e.at_step(state.step))?;
         }
-        let call = self.call_name();
-        let mut live = self.live.take().expect("reset leaves a live instance");
-        self.arm(&mut live.store, false);
+        let ticks = self.deadline_ticks(false);
+        let live = self.live.as_mut().expect("reset leaves a live instance");
+        live.store.set_epoch_deadline(ticks);
         match live.bound.call(&mut live.store, state) {
-            Ok(out) => {
-                self.live = Some(live);
-                Ok(out)
+            Ok(out) => Ok(out),
+            Err(e) => {
+                // The instance is dropped: it may be mid-way through a trap.
+                let live = self.live.take().expect("still live");
+                Err(self
+                    .fault(self.call_name(), &live.store, e)
+                    .at_step(state.step))
             }
-            // The instance is dropped: it may be mid-way through a trap.
-            Err(e) => Err(self.fault(call, &live.store, e).at_step(state.step)),
         }
     }
 
@@ -230,12 +232,17 @@ impl Plugin {
 
     /// Sets the epoch deadline before entering the guest.
     fn arm(&self, store: &mut Store<Sandbox>, setup: bool) {
+        store.set_epoch_deadline(self.deadline_ticks(setup));
+    }
+
+    /// The deadline of a setup call or a policy call, in epoch ticks.
+    fn deadline_ticks(&self, setup: bool) -> u64 {
         let ms = if setup {
             (self.limits.deadline_ms * SETUP_DEADLINE_FACTOR).max(SETUP_MIN_MS)
         } else {
             self.limits.deadline_ms
         };
-        store.set_epoch_deadline(ms.div_ceil(TICK.as_millis() as u64).max(1));
+        ms.div_ceil(TICK.as_millis() as u64).max(1)
     }
 
     fn fault(&self, call: &'static str, store: &Store<Sandbox>, e: wasmtime::Error) -> PluginError {
