@@ -28,4 +28,8 @@ for ex in examples/*.sh; do
 done
 
 step "tests"
-cargo test --locked -p lsgd-host -p lsgd-policy
+# Doc examples are guest code (`ignore` blocks), so only library, binary and integration tests run.
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --locked -p lsgd-host -p lsgd-policy --lib --bins --tests 2>&1 | tee "$log"
+awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntests: %d passed, %d failed\n", p, f; exit (p == 0 || f > 0) }' "$log"
