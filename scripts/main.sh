@@ -15,5 +15,5 @@ mkdir -p "$out"
   --plot "$out/warmup.png" --output "$out/warmup.csv" "$@"
 echo "wrote $out/warmup.csv ($(($(wc -l <"$out/warmup.csv") - 1)) steps) and $out/warmup.png"
 # A few landmarks: step 0 (eta/k), mid-warmup, end of warmup (eta), after each milestone.
-awk -F, 'BEGIN { split("0 390 780 4680 9360 12480", s); for (i in s) want[s[i]] = 1 }
+awk -F, 'BEGIN { split("0 390 780 4680 9360 12480", s, " "); for (i in s) want[s[i]] = 1 }
          NR > 1 && ($1 in want) { printf "  step %5d  epoch %5.1f  lr %s\n", $1, $2, $3 }' "$out/warmup.csv"

@@ -112,7 +112,7 @@ fn print_text(r: &Report) {
         println!("imports:     none");
     } else {
         println!(
-            "imports:     {} (sandboxed: empty WASI context)",
+            "imports:     {} (WASI is served by an empty sandbox)",
             r.imports.len()
         );
         for i in &r.imports {

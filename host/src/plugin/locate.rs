@@ -20,6 +20,7 @@ pub fn locate(arg: &str) -> Result<PathBuf, String> {
     dirs.iter()
         .map(|d| d.join(&file))
         .find(|p| p.is_file())
+        .map(|p| p.canonicalize().unwrap_or(p))
         .ok_or_else(|| {
             let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
             format!(
