@@ -142,6 +142,21 @@ fn right_names_wrong_types() {
     );
 }
 
+/// A 0.1.x patch release binds to the 0.1.0 bindings: the lookup finds the exports (this
+/// component then fails on their types, not on their names).
+#[test]
+fn patch_versions_bind_to_their_minor_version() {
+    let d = scratch("patch");
+    let bytes = component_exporting(&["lsgd:policy/plugin@0.1.3", "lsgd:policy/schedule@0.1.3"]);
+    let e = load_err(&runtime(), &write(&d, "patch.wasm", &bytes));
+    let text = e.to_string();
+    assert!(
+        text.contains("does not match world schedule-plugin of lsgd:policy@0.1.3"),
+        "{text}"
+    );
+    assert!(!text.contains("no exported instance"), "{text}");
+}
+
 #[test]
 fn wrong_world_for_the_flag() {
     let e = load_as(&runtime(), "batch-ramp", PolicyKind::Schedule)
