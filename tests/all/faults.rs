@@ -308,6 +308,21 @@ fn invalid_epsilons_are_refused() {
 }
 
 #[test]
+fn a_required_parameter_must_be_given() {
+    let rt = runtime();
+    let mut p = rt.load(&plugin_path("bad-smoothing"), None).unwrap();
+    assert!(p.params().is_empty());
+    let e = p.call(&clock(1, 10, 256).state()).unwrap_err();
+    assert_eq!((e.call, e.step), ("configure", Some(0)));
+    assert!(
+        e.to_string().contains("parameter `epsilon` is required"),
+        "{e}"
+    );
+    p.configure(&owned(&[("epsilon", "0.25")])).unwrap();
+    assert_eq!(p.call(&clock(1, 10, 256).state()).unwrap().as_f64(), 0.25);
+}
+
+#[test]
 fn a_fresh_instance_after_a_trap_works() {
     let rt = runtime();
     let mut p = load(&rt, "bad-schedule", &[("mode", "trap")]).unwrap();

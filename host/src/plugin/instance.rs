@@ -40,7 +40,9 @@ pub struct Plugin {
     facts: Facts,
     limits: Limits,
     info: Info,
-    params: Vec<(String, Value)>,
+    /// `None` until the parameters resolve: a plugin with a required parameter stays
+    /// unconfigured until the user gives it.
+    params: Option<Vec<(String, Value)>>,
     live: Option<Live>,
 }
 
@@ -88,7 +90,7 @@ impl Plugin {
                 summary: String::new(),
                 params: Vec::new(),
             },
-            params: Vec::new(),
+            params: None,
             live: None,
         };
         let mut live = plugin.instantiate()?;
@@ -99,7 +101,7 @@ impl Plugin {
             .map_err(|e| plugin.fault("describe", &live.store, e))?;
         params::check_specs(&info.params)
             .map_err(|m| PluginError::new(plugin.label.clone(), "describe", Fault::Load(m)))?;
-        plugin.params = params::resolve(&info.params, &[]).unwrap_or_default();
+        plugin.params = params::resolve(&info.params, &[]).ok();
         plugin.info = info;
         plugin.live = Some(live);
         Ok(plugin)
@@ -135,9 +137,10 @@ impl Plugin {
         self.limits
     }
 
-    /// The parameter values in force (defaults until [`Plugin::configure`] is called).
+    /// The parameter values in force (defaults until [`Plugin::configure`] is called; empty
+    /// while a required parameter is missing).
     pub fn params(&self) -> &[(String, Value)] {
-        &self.params
+        self.params.as_deref().unwrap_or_default()
     }
 
     /// Type-checks `settings` against `describe()`, then configures a fresh instance with them
@@ -145,19 +148,23 @@ impl Plugin {
     pub fn configure(&mut self, settings: &[(String, String)]) -> Result<(), PluginError> {
         let params = params::resolve(&self.info.params, settings)
             .map_err(|m| PluginError::new(self.label.clone(), "configure", Fault::Param(m)))?;
-        self.params = params;
+        self.params = Some(params);
         self.reset()
     }
 
     /// Replaces the instance with a fresh one configured with the parameters in force. This is
     /// how the host recovers after a fault: policies are pure, so nothing is lost.
     pub fn reset(&mut self) -> Result<(), PluginError> {
+        let Some(params) = &self.params else {
+            // Resolving again reports the missing required parameter.
+            return self.configure(&[]);
+        };
         let mut live = match self.live.take() {
             Some(live) if !live.configured => live,
             _ => self.instantiate()?,
         };
         self.arm(&mut live.store, true);
-        match live.bound.configure(&mut live.store, &self.params) {
+        match live.bound.configure(&mut live.store, params) {
             Ok(Ok(())) => {}
             Ok(Err(msg)) => {
                 return Err(PluginError::new(

@@ -1,9 +1,10 @@
 //! Test guest: a label-smoothing policy that returns its `epsilon` parameter with no checks,
-//! so the host's validation of out-of-range epsilons can be tested.
+//! so the host's validation of out-of-range epsilons can be tested; its one parameter is
+//! required.
 
 wit_bindgen::generate!({ path: "../../../wit/v0.1.0", world: "label-smoothing-plugin" });
 
-use lsgd_policy::{Info, LabelSmoothing, ParamSpec, Params, Policy, State};
+use lsgd_policy::{Info, LabelSmoothing, ParamSpec, ParamType, Params, Policy, State};
 
 /// Returns whatever it was configured with.
 struct BadSmoothing {
@@ -15,9 +16,11 @@ impl Policy for BadSmoothing {
         Info::new(
             "bad-smoothing",
             "Test guest: returns its epsilon parameter unchecked",
-            vec![ParamSpec::float(
+            // Required (no default), so the host's handling of required parameters is tested too.
+            vec![ParamSpec::new(
                 "epsilon",
-                1.0,
+                ParamType::Float,
+                None,
                 "epsilon to return, as f32, unvalidated",
             )],
         )
