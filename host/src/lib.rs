@@ -7,12 +7,14 @@
 //! - [`trace`]: policy outputs over a whole run without training (`lsgd-host trace`);
 //! - [`compare`]: two plugins over the same states (`lsgd-host compare`);
 //! - [`plot`]: charts of traces;
+//! - [`data`]: MNIST-format IDX data sets (plain or gzipped) for the trainer's `--data DIR`;
 //! - [`bench`]: measurements that print ratios from one run;
 //! - [`cli`]: the command line.
 
 pub mod bench;
 pub mod cli;
 pub mod compare;
+pub mod data;
 pub mod plot;
 pub mod plugin;
 pub mod policy;
