@@ -315,7 +315,8 @@ fn a_required_parameter_must_be_given() {
     let e = p.call(&clock(1, 10, 256).state()).unwrap_err();
     assert_eq!((e.call, e.step), ("configure", Some(0)));
     assert!(
-        e.to_string().contains("parameter `epsilon` is required"),
+        e.to_string()
+            .contains("missing required parameter 'epsilon'"),
         "{e}"
     );
     p.configure(&owned(&[("epsilon", "0.25")])).unwrap();

@@ -3,39 +3,34 @@
 //! same error messages for typos and malformed numbers, and `configure` only ever sees
 //! well-typed values for every declared parameter.
 
-use lsgd_policy::{ParamSpec, ParamType, Value};
+use lsgd_policy::{ParamSpec, ParamType, Params, Value};
 
 /// Resolves raw `KEY=VALUE` settings into a full, typed parameter list in declaration order.
+/// The host parses each value by its declared type; defaults, order and required parameters
+/// are `lsgd_policy::Params::resolve`'s, the same rules a guest applies.
 pub fn resolve(
     specs: &[ParamSpec],
     settings: &[(String, String)],
 ) -> Result<Vec<(String, Value)>, String> {
-    for (key, _) in settings {
-        if !specs.iter().any(|s| s.name == *key) {
-            let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-            return Err(if names.is_empty() {
-                format!("unknown parameter `{key}`: this plugin takes no parameters")
-            } else {
-                format!(
-                    "unknown parameter `{key}`; it accepts: {}",
-                    names.join(", ")
-                )
-            });
-        }
-    }
-    specs
+    let given = settings
         .iter()
-        .map(|spec| {
-            // The last setting wins, as with repeated command-line flags.
-            let value = match settings.iter().rev().find(|(k, _)| *k == spec.name) {
-                Some((_, raw)) => parse(spec, raw)?,
-                None => spec.default.clone().ok_or_else(|| {
-                    format!("parameter `{}` is required ({})", spec.name, spec.doc)
-                })?,
-            };
-            Ok((spec.name.clone(), value))
+        .map(|(key, raw)| {
+            let spec = specs.iter().find(|s| s.name == *key).ok_or_else(|| {
+                let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+                if names.is_empty() {
+                    format!("unknown parameter `{key}`: this plugin takes no parameters")
+                } else {
+                    format!(
+                        "unknown parameter `{key}`; it accepts: {}",
+                        names.join(", ")
+                    )
+                }
+            })?;
+            Ok((key.clone(), parse(spec, raw)?))
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()?;
+    // Later settings overlay earlier ones, as with repeated command-line flags.
+    Params::resolve(specs, given).map(|p| p.0)
 }
 
 /// Checks that a plugin's declared defaults have the types it declared.
@@ -201,7 +196,7 @@ mod tests {
         let e = resolve(&specs(), &set(&[("seed", "1"), ("warmup", "linear")])).unwrap_err();
         assert!(e.contains("one of gradual, none"), "{e}");
         let e = resolve(&specs(), &set(&[])).unwrap_err();
-        assert!(e.contains("`seed` is required"), "{e}");
+        assert!(e.contains("missing required parameter 'seed'"), "{e}");
         let e = resolve(&specs(), &set(&[("seed", "1"), ("milestones", "30,x")])).unwrap_err();
         assert!(e.contains("comma-separated"), "{e}");
     }
