@@ -46,6 +46,15 @@ impl PolicyKind {
         }
     }
 
+    /// The WIT function a plugin of this kind exports, called once per step.
+    pub fn function(self) -> &'static str {
+        match self {
+            PolicyKind::Schedule => "learning-rate",
+            PolicyKind::BatchSize => "global-batch",
+            PolicyKind::LabelSmoothing => "epsilon",
+        }
+    }
+
     /// The prefix of `--set PREFIX.KEY=VALUE` for this kind.
     pub fn set_prefix(self) -> &'static str {
         match self {

@@ -64,18 +64,7 @@ impl Plugin {
         let indices = match contract.binding {
             Binding::V0_1 => v0_1::Indices::new(&pre, contract.kind),
         }
-        .map_err(|e| {
-            PluginError::new(
-                label.clone(),
-                "load",
-                Fault::Load(format!(
-                    "does not match world {} of lsgd:policy@{}: {}",
-                    contract.kind.world(),
-                    contract.version,
-                    wasm_msg(&e)
-                )),
-            )
-        })?;
+        .map_err(|e| mismatch(&label, &contract, &e))?;
         let mut plugin = Plugin {
             label,
             engine,
@@ -203,11 +192,7 @@ impl Plugin {
 
     /// The WIT name of this plugin's policy function.
     pub fn call_name(&self) -> &'static str {
-        match self.contract.kind {
-            PolicyKind::Schedule => "learning-rate",
-            PolicyKind::BatchSize => "global-batch",
-            PolicyKind::LabelSmoothing => "epsilon",
-        }
+        self.contract.kind.function()
     }
 
     fn instantiate(&self) -> Result<Live, PluginError> {
@@ -218,18 +203,10 @@ impl Plugin {
             .pre
             .instantiate(&mut store)
             .map_err(|e| self.fault("instantiate", &store, e))?;
-        let bound = self.indices.bind(&mut store, &instance).map_err(|e| {
-            PluginError::new(
-                self.label.clone(),
-                "load",
-                Fault::Load(format!(
-                    "does not match world {} of lsgd:policy@{}: {}",
-                    self.contract.kind.world(),
-                    self.contract.version,
-                    wasm_msg(&e)
-                )),
-            )
-        })?;
+        let bound = self
+            .indices
+            .bind(&mut store, &instance)
+            .map_err(|e| mismatch(&self.label, &self.contract, &e))?;
         Ok(Live {
             store,
             bound,
@@ -269,4 +246,18 @@ impl Plugin {
         err.guest_stderr = Some(store.data().stderr()).filter(|s| !s.is_empty());
         err
     }
+}
+
+/// The component's exports have the right names but not the types of its world.
+fn mismatch(label: &str, contract: &Contract, e: &wasmtime::Error) -> PluginError {
+    PluginError::new(
+        label,
+        "load",
+        Fault::Load(format!(
+            "does not match world {} of lsgd:policy@{}: {}",
+            contract.kind.world(),
+            contract.version,
+            wasm_msg(e)
+        )),
+    )
 }
