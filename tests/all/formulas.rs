@@ -1,13 +1,11 @@
 //! The reference plugins against closed forms, through the sandbox, and against the same
 //! formulas compiled natively (bit for bit over whole runs).
 
+use lsgd_host::bench::policies::{REFERENCE_PLUGINS, native_twin};
 use lsgd_host::plugin::Output;
 use lsgd_host::policy::{Bounds, PolicySet};
 use lsgd_host::trace::trace;
-use lsgd_policy::{
-    BatchSize, LabelSmoothing, Params, Schedule, State, batch_ramp, constant, constant_batch,
-    cosine, label_smoothing, poly, warmup,
-};
+use lsgd_policy::State;
 
 use crate::common::*;
 
@@ -120,15 +118,17 @@ fn label_smoothing_ramps_linearly_and_holds() {
 /// Every reference plugin returns exactly what the native formula returns, at every step.
 #[test]
 fn wasm_matches_native_bit_for_bit() {
-    fn check(name: &str, native: &dyn Fn(&Params, &State) -> f64) {
-        let rt = runtime();
+    let rt = runtime();
+    for name in REFERENCE_PLUGINS {
         let mut p = load(&rt, name, &[]).unwrap();
-        let params = Params(p.params().to_vec());
+        let mut native = native_twin(&p)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name} has no native twin"));
         let mut c = clock(90, 20, 8192);
         let mut n = 0;
         while !c.finished() {
             let s = c.state();
-            let (w, nat) = (p.call(&s).unwrap().as_f64(), native(&params, &s));
+            let (w, nat) = (p.call(&s).unwrap().as_f64(), native(&s));
             assert_eq!(
                 w.to_bits(),
                 nat.to_bits(),
@@ -140,20 +140,4 @@ fn wasm_matches_native_bit_for_bit() {
         }
         assert_eq!(n, 1800);
     }
-    fn sched<P: Schedule>(p: &Params, s: &State) -> f64 {
-        P::configure(p).unwrap().learning_rate(s)
-    }
-    fn batch<P: BatchSize>(p: &Params, s: &State) -> f64 {
-        f64::from(P::configure(p).unwrap().global_batch(s))
-    }
-    fn eps<P: LabelSmoothing>(p: &Params, s: &State) -> f64 {
-        f64::from(P::configure(p).unwrap().epsilon(s))
-    }
-    check("warmup", &sched::<warmup::Warmup>);
-    check("cosine", &sched::<cosine::Cosine>);
-    check("poly", &sched::<poly::Poly>);
-    check("constant", &sched::<constant::Constant>);
-    check("batch-ramp", &batch::<batch_ramp::BatchRamp>);
-    check("constant-batch", &batch::<constant_batch::ConstantBatch>);
-    check("label-smoothing", &eps::<label_smoothing::Smoothing>);
 }

@@ -96,7 +96,7 @@ fn measure(runtime: &Runtime, name: &str, states: &[State], rounds: usize) -> Re
             black_box(plugin.call(black_box(s)).expect("benchmark call"));
         }
     });
-    let native_ns = native(&plugin)?.map(|mut f| {
+    let native_ns = native_twin(&plugin)?.map(|mut f| {
         median_ns_per_item(rounds, states.len(), || {
             for s in states {
                 black_box(f(black_box(s)));
@@ -114,10 +114,12 @@ fn measure(runtime: &Runtime, name: &str, states: &[State], rounds: usize) -> Re
     })
 }
 
-type NativeFn = Box<dyn FnMut(&State) -> f64>;
+/// A native policy function, its output widened to f64 like [`crate::plugin::Output::as_f64`].
+pub type NativeFn = Box<dyn FnMut(&State) -> f64>;
 
-/// The native twin of a reference plugin, configured with the plugin's parameters.
-fn native(plugin: &Plugin) -> Result<Option<NativeFn>> {
+/// The native twin of a reference plugin (matched by its describe() name), configured with
+/// the plugin's parameters; `None` for plugins the host has no formula for.
+pub fn native_twin(plugin: &Plugin) -> Result<Option<NativeFn>> {
     let params = Params(plugin.params().to_vec());
     let ctx = || format!("configuring the native {}", plugin.info().name);
     fn schedule<P: Schedule + 'static>(p: &Params) -> Result<NativeFn, String> {
