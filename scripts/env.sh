@@ -6,3 +6,6 @@ export LSGD_CACHE_ROOT="${LSGD_CACHE_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/lsgd-
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$LSGD_CACHE_ROOT/target}"
 export LSGD_CACHE_DIR="${LSGD_CACHE_DIR:-$LSGD_CACHE_ROOT/components}"
 export PATH="$HOME/.cargo/bin:$PATH"
+# One Python virtual environment for every Python tool the project uses (libtorch for the
+# trainer, guest toolchains such as componentize-py); created by setup.sh.
+export LSGD_VENV="${LSGD_VENV:-$LSGD_CACHE_ROOT/venv}"
