@@ -9,3 +9,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # One Python virtual environment for every Python tool the project uses (libtorch for the
 # trainer, guest toolchains such as componentize-py); created by setup.sh.
 export LSGD_VENV="${LSGD_VENV:-$LSGD_CACHE_ROOT/venv}"
+# tch builds against the venv's libtorch; host/build.rs embeds its path as an rpath.
+for _torch in "$LSGD_VENV"/lib/python3*/site-packages/torch; do
+  [ -d "$_torch/lib" ] && export LIBTORCH="${LIBTORCH:-$_torch}"
+done
+unset _torch

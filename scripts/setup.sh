@@ -3,7 +3,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
-APT_PACKAGES=(fonts-dejavu-core)
+APT_PACKAGES=(fonts-dejavu-core dataset-fashion-mnist)
 RUST_TARGETS=(wasm32-wasip2)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -26,3 +26,31 @@ installed_targets="$(rustup target list --installed)"
 for t in "${RUST_TARGETS[@]}"; do
   grep -qx "$t" <<<"$installed_targets" || { echo "setup: adding rustup target $t" >&2; rustup target add "$t"; }
 done
+
+# libtorch for the trainer, from PyPI's torch wheel in the project venv (what tch expects).
+# The wheel's full dependency set is ~4.7 GB of CUDA libraries. Without a GPU we install torch
+# alone plus the two small CUDA libraries libtorch_cpu links against (~1.15 GB); build.rs then
+# leaves libtorch_cuda unlinked. With a GPU, or with --python-torch (the PyTorch side of
+# `bench train` needs an importable torch), the full set is installed.
+TORCH_VERSION=2.13.0
+want_full_torch=0
+if [ -e /proc/driver/nvidia/version ] || [ "${1:-}" = "--python-torch" ]; then want_full_torch=1; fi
+[ -x "$LSGD_VENV/bin/python" ] || { echo "setup: creating venv $LSGD_VENV" >&2; python3 -m venv "$LSGD_VENV"; }
+torch_state="$("$LSGD_VENV/bin/python" - <<'PY'
+import importlib.metadata as m
+def v(d):
+    try: return m.version(d)
+    except m.PackageNotFoundError: return "-"
+print(v("torch"), v("nvidia-cuda-runtime"), v("nvidia-cudnn-cu13"), v("sympy"))
+PY
+)"
+read -r have_torch have_cudart have_cudnn have_sympy <<<"$torch_state"
+pip_install() { "$LSGD_VENV/bin/python" -m pip install -q --disable-pip-version-check "$@"; }
+if [ "$have_torch" != "$TORCH_VERSION" ] || [ "$have_cudart" = "-" ]; then
+  echo "setup: installing torch $TORCH_VERSION (libtorch only) into $LSGD_VENV" >&2
+  pip_install --no-deps "torch==$TORCH_VERSION" nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
+fi
+if [ "$want_full_torch" = 1 ] && { [ "$have_cudnn" = "-" ] || [ "$have_sympy" = "-" ]; }; then
+  echo "setup: installing torch $TORCH_VERSION with all its dependencies into $LSGD_VENV" >&2
+  pip_install "torch==$TORCH_VERSION"
+fi

@@ -8,6 +8,9 @@
 //! - [`compare`]: two plugins over the same states (`lsgd-host compare`);
 //! - [`plot`]: charts of traces;
 //! - [`data`]: MNIST-format IDX data sets (plain or gzipped) for the trainer's `--data DIR`;
+//! - [`model`]: the networks `run` trains (PyTorch's default initialisation);
+//! - [`optim`]: SGD with momentum in PyTorch's and Goyal's forms;
+//! - [`train`]: the training loop of `lsgd-host run`, metrics and checkpoints;
 //! - [`bench`]: measurements that print ratios from one run;
 //! - [`cli`]: the command line.
 
@@ -15,7 +18,10 @@ pub mod bench;
 pub mod cli;
 pub mod compare;
 pub mod data;
+pub mod model;
+pub mod optim;
 pub mod plot;
 pub mod plugin;
 pub mod policy;
 pub mod trace;
+pub mod train;

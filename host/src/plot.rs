@@ -10,6 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::trace::Row;
+use crate::train::metrics::Record;
 
 /// One panel: a named series of (x, y) points.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +31,54 @@ pub fn trace_panels(rows: &[Row]) -> Vec<Panel> {
         series("learning rate", |r| r.lr),
         series("global batch", |r| f64::from(r.global_batch)),
         series("label smoothing", |r| f64::from(r.label_smoothing)),
+    ]
+}
+
+/// The panels of a training run against epochs: training loss per step, test loss and
+/// accuracy per evaluation, and the policies' LR, global batch and ε.
+pub fn metrics_panels(records: &[Record]) -> Vec<Panel> {
+    let steps = || {
+        records.iter().filter_map(|r| match r {
+            Record::Step(s) => Some(s),
+            Record::Eval(_) => None,
+        })
+    };
+    let evals = || {
+        records.iter().filter_map(|r| match r {
+            Record::Eval(e) => Some(e),
+            Record::Step(_) => None,
+        })
+    };
+    let panel = |title: &str, points: Vec<(f64, f64)>| Panel {
+        title: title.to_string(),
+        points,
+    };
+    vec![
+        panel(
+            "training loss",
+            steps().map(|s| (s.epoch, s.loss)).collect(),
+        ),
+        panel(
+            "test loss",
+            evals().map(|e| (f64::from(e.epoch), e.test_loss)).collect(),
+        ),
+        panel(
+            "test accuracy",
+            evals().map(|e| (f64::from(e.epoch), e.test_acc)).collect(),
+        ),
+        panel("learning rate", steps().map(|s| (s.epoch, s.lr)).collect()),
+        panel(
+            "global batch",
+            steps()
+                .map(|s| (s.epoch, f64::from(s.global_batch)))
+                .collect(),
+        ),
+        panel(
+            "label smoothing",
+            steps()
+                .map(|s| (s.epoch, f64::from(s.label_smoothing)))
+                .collect(),
+        ),
     ]
 }
 

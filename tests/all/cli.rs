@@ -1,30 +1,7 @@
 //! The `lsgd-host` binary end to end: trace (CSV, JSON, plots), inspect, compare exit codes,
 //! and error messages for bad input.
 
-use std::process::{Command, Output};
-
 use crate::common::*;
-
-fn lsgd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lsgd-host"))
-        .args(args)
-        .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
-        .env("LSGD_CACHE_DIR", scratch_cache())
-        .output()
-        .unwrap()
-}
-
-fn scratch_cache() -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("lsgd-test-cli-cache-{}", std::process::id()))
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 const SHAPE: &[&str] = &[
     "--epochs",

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use lsgd_host::plugin::{Cache, Limits, Plugin, PluginError, PolicyKind, Runtime};
@@ -86,4 +87,29 @@ pub fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// Runs the `lsgd-host` binary with the built plugins on its path and a private cache.
+pub fn lsgd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lsgd-host"))
+        .args(args)
+        .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
+        .env("LSGD_CACHE_DIR", scratch_cache())
+        .output()
+        .unwrap()
+}
+
+/// The component cache of CLI tests.
+pub fn scratch_cache() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("lsgd-test-cli-cache-{}", std::process::id()))
+}
+
+/// A command's standard output as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A command's standard error as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
 }

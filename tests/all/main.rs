@@ -8,4 +8,5 @@ mod common;
 mod faults;
 mod formulas;
 mod golden;
+mod train;
 mod wit_frozen;

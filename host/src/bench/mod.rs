@@ -1,9 +1,12 @@
 //! Benchmarks that print ratios measured in one run (never timed assertions in tests).
 //!
 //! - [`policies`]: per-call cost of each policy plugin next to the same formula compiled
-//!   natively, plus size, load and instantiation times.
+//!   natively, plus size, load and instantiation times;
+//! - [`train`]: `lsgd-host run` against the same job in PyTorch, and the policies' share of a
+//!   training step through the sandbox against native.
 
 pub mod policies;
+pub mod train;
 
 use std::time::Instant;
 

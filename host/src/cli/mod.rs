@@ -5,6 +5,8 @@ mod args;
 mod bench;
 mod compare;
 mod inspect;
+mod plot;
+mod run;
 mod trace;
 
 use std::process::ExitCode;
@@ -13,6 +15,11 @@ use clap::{Parser, Subcommand};
 
 const EXAMPLES: &str = "\
 Examples:
+  # Train the cnn on Fashion-MNIST with Goyal's warmup (k = 1024/256 = 4), then plot the curves
+  lsgd-host run --schedule warmup --model cnn --epochs 4 --global-batch 1024 \\
+      --set schedule.warmup_epochs=1 --set schedule.milestones=3 --out out/run
+  lsgd-host plot out/run/metrics.jsonl -o curves.png
+
   # Goyal et al.: 90 epochs at batch 8192, 5 warmup epochs, ×0.1 at 30/60/80, as CSV and a plot
   lsgd-host trace --schedule warmup --epochs 90 --steps-per-epoch 156 --global-batch 8192 \\
       --plot warmup.png > warmup.csv
@@ -34,7 +41,7 @@ Plugin arguments are paths, or names looked up in $LSGD_PLUGIN_PATH and next to 
 
 /// Large-batch synchronous SGD with training policies as sandboxed WebAssembly plugins.
 #[derive(Parser, Debug)]
-#[command(name = "lsgd-host", version, after_help = EXAMPLES)]
+#[command(name = "lsgd-host", version, after_help = EXAMPLES, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -42,6 +49,10 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Train a model; the LR, batch size and label smoothing come from policy plugins.
+    Run(Box<run::RunArgs>),
+    /// Plot a run's metrics.jsonl: losses, accuracy, LR, batch, ε.
+    Plot(plot::PlotArgs),
     /// Print the policies' outputs at every step of a run, without training.
     Trace(trace::TraceArgs),
     /// Describe a plugin: world, WIT version, parameters, imports, size, compile time.
@@ -52,15 +63,36 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// Parses the command line; for `run --config FILE`, parses again with the file's settings
+/// placed before the command line's flags, which therefore win.
+fn parse() -> anyhow::Result<Cli> {
+    let cli = Cli::parse();
+    let Command::Run(args) = &cli.command else {
+        return Ok(cli);
+    };
+    let Some(path) = &args.config else {
+        return Ok(cli);
+    };
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let at = argv
+        .iter()
+        .position(|a| a == "run")
+        .expect("the run subcommand was parsed");
+    let from_file = run::config_args(path)?;
+    argv.splice(at + 1..at + 1, from_file.into_iter().map(Into::into));
+    Ok(Cli::try_parse_from(argv).unwrap_or_else(|e| e.exit()))
+}
+
 /// Parses the command line, runs it and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let outcome = match cli.command {
+    let outcome = parse().and_then(|cli| match cli.command {
+        Command::Run(a) => run::run(*a).map(|()| true),
+        Command::Plot(a) => plot::run(a).map(|()| true),
         Command::Trace(a) => trace::run(a).map(|()| true),
         Command::Inspect(a) => inspect::run(a).map(|()| true),
         Command::Compare(a) => compare::run(a),
         Command::Bench(a) => bench::run(a).map(|()| true),
-    };
+    });
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

@@ -28,6 +28,9 @@ pub struct Facts {
     pub origin: Origin,
     /// The names of everything it imports (WASI interfaces, if its toolchain needs them).
     pub imports: Vec<String>,
+    /// blake3 of the component bytes, hex: the plugin's identity in checkpoints and
+    /// consistency checks, independent of its file name.
+    pub blake3: String,
 }
 
 /// A loaded, sandboxed policy plugin.

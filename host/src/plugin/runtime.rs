@@ -117,6 +117,7 @@ impl Runtime {
                 size: bytes.len(),
                 origin,
                 imports,
+                blake3: blake3::hash(&bytes).to_hex().to_string(),
             },
             self.limits,
         )

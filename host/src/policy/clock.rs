@@ -84,6 +84,23 @@ impl Clock {
         })
     }
 
+    /// A clock where a checkpointed run stopped: `step` steps taken, `samples_seen` consumed.
+    pub fn resume(
+        shape: RunShape,
+        step: u64,
+        samples_seen: u64,
+        last_loss: Option<f64>,
+        last_metric: Option<f64>,
+    ) -> Self {
+        Clock {
+            shape,
+            step,
+            samples_seen,
+            last_loss,
+            last_metric,
+        }
+    }
+
     /// The run's shape.
     pub fn shape(&self) -> &RunShape {
         &self.shape

@@ -115,7 +115,13 @@ pub fn check_output(
     state: &State,
     bounds: Bounds,
 ) -> Result<Output, PluginError> {
-    let out = plugin.call(state)?;
+    let out = match plugin.call(state) {
+        // A missed wall-clock deadline can be the machine's doing (a descheduled thread on a
+        // loaded node) rather than the plugin's; policies are pure, so one retry on the fresh
+        // instance is safe, and a plugin that really loops fails again.
+        Err(e) if matches!(e.fault, Fault::Deadline { .. }) => plugin.call(state)?,
+        r => r?,
+    };
     let problem = match out {
         Output::LearningRate(lr) if !lr.is_finite() || lr < 0.0 => {
             Some(format!("learning rate {lr}: must be finite and >= 0"))

@@ -24,6 +24,8 @@ enum Mode {
 /// The misbehaving schedule.
 struct BadSchedule {
     mode: Mode,
+    /// Behave (return 0.1) before this step, so a fault can strike mid-training.
+    from_step: u64,
 }
 
 impl Policy for BadSchedule {
@@ -40,6 +42,10 @@ impl Policy for BadSchedule {
                 "misbehaviour: ok (0.1), trap, loop, grow, nan, negative, infinite, reject \
                  (configure fails); sandbox probes: clock (wall-clock seconds), env (number of \
                  environment variables and arguments), file (1 if /etc/hostname is readable)",
+            ), ParamSpec::integer(
+                "from_step",
+                0,
+                "misbehave from this step on; return 0.1 before it",
             )],
         )
     }
@@ -59,12 +65,17 @@ impl Policy for BadSchedule {
             "reject" => return Err("bad-schedule rejects its parameters".to_owned()),
             other => return Err(format!("mode must be a listed word, got '{other}'")),
         };
-        Ok(BadSchedule { mode })
+        let from_step = u64::try_from(p.integer("from_step")?)
+            .map_err(|_| "from_step must be >= 0".to_owned())?;
+        Ok(BadSchedule { mode, from_step })
     }
 }
 
 impl Schedule for BadSchedule {
-    fn learning_rate(&self, _s: &State) -> f64 {
+    fn learning_rate(&self, s: &State) -> f64 {
+        if s.step < self.from_step {
+            return 0.1;
+        }
         match self.mode {
             Mode::Ok => 0.1,
             Mode::Trap => panic!("bad-schedule traps on purpose"),

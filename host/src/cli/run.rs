@@ -1,0 +1,230 @@
+//! `lsgd-host run`: train a model, the policies given as plugins.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::args::{LimitArgs, PolicyArgs};
+use crate::model::{Arch, ModelSpec};
+use crate::optim::{SgdConfig, SgdForm};
+use crate::train::{self, DeviceChoice, Reporting, TrainConfig};
+
+/// Arguments of `run`. Every flag can also be a key of the `--config` TOML file.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// A TOML file of settings, keys named as the flags (`epochs = 90`, `nesterov = true`,
+    /// `set = ["schedule.warmup_epochs=5"]`); flags on the command line win.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    policies: PolicyArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// Network to train.
+    #[arg(long, value_enum, default_value_t = Arch::Cnn)]
+    model: Arch,
+    /// ResNet depth, 6n + 2.
+    #[arg(long, default_value_t = 20)]
+    depth: u32,
+    /// Zero γ in the last BatchNorm of each residual block (Goyal et al. §5.1).
+    #[arg(long)]
+    zero_init_residual: bool,
+    /// Epochs to train.
+    #[arg(long, default_value_t = 3)]
+    epochs: u32,
+    /// Global batch at step 0 (a batch-size plugin may change it).
+    #[arg(long, default_value_t = 256)]
+    global_batch: u32,
+    /// Largest micro-batch per forward/backward pass; larger worker batches are accumulated.
+    #[arg(long, default_value_t = 512)]
+    max_micro_batch: u32,
+    /// Learning rate at --reference-batch (Goyal: 0.1 per 256).
+    #[arg(long, default_value_t = 0.1)]
+    base_lr: f64,
+    /// Batch size --base-lr applies to (the schedule plugin scales it).
+    #[arg(long, default_value_t = 256)]
+    reference_batch: u32,
+    /// Momentum.
+    #[arg(long, default_value_t = 0.9)]
+    momentum: f64,
+    /// Nesterov momentum.
+    #[arg(long)]
+    nesterov: bool,
+    /// Weight decay λ, applied in the update (not through the loss).
+    #[arg(long, default_value_t = 1e-4)]
+    weight_decay: f64,
+    /// Exempt BatchNorm γ/β and biases (parameters with < 2 dimensions) from weight decay.
+    #[arg(long)]
+    no_decay_bn_bias: bool,
+    /// Update equations: `pytorch` (v ← m·v + d; w ← w − η·v) or `goyal` (u ← m·u + η·d;
+    /// w ← w − u, with momentum correction when the LR changes).
+    #[arg(long, value_enum, default_value_t = SgdForm::Pytorch)]
+    sgd_form: SgdForm,
+    /// With --sgd-form goyal: leave out the momentum correction (Goyal's pitfall, for study).
+    #[arg(long)]
+    no_momentum_correction: bool,
+    /// Seed of initialisation and data order.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// libtorch intra-op threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Directory of MNIST-format IDX files, gzipped or not.
+    #[arg(long, default_value = crate::data::DEFAULT_DIR)]
+    data: PathBuf,
+    /// Run directory: metrics.jsonl, checkpoints.
+    #[arg(long, default_value = "out/run")]
+    out: PathBuf,
+    /// Train on the first N training samples.
+    #[arg(long, value_name = "N")]
+    train_subset: Option<usize>,
+    /// Evaluate on the first N test samples.
+    #[arg(long, value_name = "N")]
+    test_subset: Option<usize>,
+    /// Continue from a checkpoint (its checkpoint.json, or the run directory).
+    #[arg(long, value_name = "CKPT")]
+    resume: Option<PathBuf>,
+    /// Write a checkpoint every N steps (0: only at the end and on a plugin fault).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    checkpoint_every: u64,
+    /// Stop with a checkpoint once N steps have been taken (resume later with --resume).
+    #[arg(long, value_name = "N")]
+    stop_after_steps: Option<u64>,
+    /// Where tensors live.
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    device: DeviceChoice,
+    /// Also write metrics.csv and eval.csv.
+    #[arg(long)]
+    csv: bool,
+    /// No progress bar or log lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+impl RunArgs {
+    fn train_config(&self) -> TrainConfig {
+        TrainConfig {
+            model: ModelSpec {
+                arch: self.model,
+                depth: self.depth,
+                zero_init_residual: self.zero_init_residual,
+            },
+            sgd: SgdConfig {
+                momentum: self.momentum,
+                nesterov: self.nesterov,
+                weight_decay: self.weight_decay,
+                decay_bn_and_bias: !self.no_decay_bn_bias,
+                form: self.sgd_form,
+                momentum_correction: !self.no_momentum_correction,
+            },
+            epochs: self.epochs,
+            global_batch: self.global_batch,
+            max_micro_batch: self.max_micro_batch,
+            base_lr: self.base_lr,
+            reference_batch: self.reference_batch,
+            max_batch: self.limits.max_batch,
+            seed: self.seed,
+            threads: self
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            data: self.data.clone(),
+            train_subset: self.train_subset,
+            test_subset: self.test_subset,
+            device: self.device,
+            out: self.out.clone(),
+            checkpoint_every: self.checkpoint_every,
+            stop_after_steps: self.stop_after_steps,
+            csv: self.csv,
+        }
+    }
+}
+
+/// Runs `run`.
+pub fn run(args: RunArgs) -> Result<()> {
+    let config = args.train_config();
+    let runtime = args.limits.runtime()?;
+    let policies = args.policies.load(&runtime, args.limits.bounds())?;
+    let summary = train::run(
+        &config,
+        policies,
+        args.resume.as_deref(),
+        Reporting { quiet: args.quiet },
+    )?;
+    match summary.last_eval {
+        Some(e) => println!(
+            "test accuracy {:.2}% (test loss {:.4}) after {} steps; {:.0} samples/s; metrics in {}",
+            100.0 * e.accuracy,
+            e.loss,
+            summary.steps,
+            summary.samples_per_s,
+            config.out.join("metrics.jsonl").display()
+        ),
+        None => println!(
+            "stopped after {} steps (no epoch completed); checkpoint {}",
+            summary.steps,
+            summary.checkpoint.display()
+        ),
+    }
+    Ok(())
+}
+
+/// Turns a TOML config file into `run` flags placed before the command line's own, so that
+/// the command line wins: `key = value` becomes `--key value`, `key = true` becomes `--key`
+/// (`false` adds nothing), and an array repeats the flag. Keys are the long flag names, with
+/// `_` or `-`; an unknown key is an error naming the file and the key.
+pub fn config_args(path: &std::path::Path) -> Result<Vec<String>> {
+    use clap::{Args as _, Command};
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --config {}", path.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .with_context(|| format!("--config {}: not valid TOML", path.display()))?;
+    let command = RunArgs::augment_args(Command::new("run"));
+    let mut out = Vec::new();
+    for (key, value) in table {
+        let flag = key.replace('_', "-");
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(flag.as_str()) && flag != "config")
+            .with_context(|| {
+                format!(
+                    "--config {}: unknown key `{key}` (keys are the flags of `lsgd-host run --help`)",
+                    path.display()
+                )
+            })?;
+        let takes_value = arg.get_action().takes_values();
+        let scalars = match value {
+            toml::Value::Array(items) => items,
+            v => vec![v],
+        };
+        for v in scalars {
+            let text = match v {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) if !takes_value => {
+                    if b {
+                        out.push(format!("--{flag}"));
+                    }
+                    continue;
+                }
+                other => anyhow::bail!(
+                    "--config {}: key `{key}` is {} {}, which is not a value of --{flag}",
+                    path.display(),
+                    if other.is_array() { "a nested" } else { "a" },
+                    other.type_str()
+                ),
+            };
+            if !takes_value {
+                anyhow::bail!(
+                    "--config {}: key `{key}` is a switch; write `{key} = true`",
+                    path.display()
+                );
+            }
+            out.push(format!("--{flag}"));
+            out.push(text);
+        }
+    }
+    Ok(out)
+}

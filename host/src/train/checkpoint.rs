@@ -1,0 +1,142 @@
+//! Checkpoints: the weights, BatchNorm statistics and optimiser history in one safetensors
+//! file, and everything else in `checkpoint.json` beside it — the step and stream position
+//! (which determine the data order, see [`super::order`]), the last loss and metric the
+//! policies see, the last LR (for momentum correction), the run's settings and the identity of
+//! every policy plugin (file, blake3, parameters).
+//!
+//! Writing is atomic: the tensors go to a new file, then the JSON, which names that file, is
+//! renamed over the old one; only then is the previous tensor file removed. A crash at any
+//! moment leaves the previous or the new checkpoint whole. Policies of contract 0.1 hold no
+//! state across calls (a fresh instance gives the same outputs), so their identity and
+//! parameters are all there is to save.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use tch::Tensor;
+
+use super::config::TrainConfig;
+
+/// Identifies the checkpoint format.
+pub const FORMAT: &str = "lsgd-host checkpoint 1";
+/// File name of the checkpoint's JSON part in a run directory.
+pub const JSON_NAME: &str = "checkpoint.json";
+
+/// A policy plugin as recorded in a checkpoint.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PluginRecord {
+    /// `schedule`, `batch-size` or `label-smoothing`.
+    pub kind: String,
+    /// The file, as given.
+    pub file: String,
+    /// blake3 of the component.
+    pub blake3: String,
+    /// describe() name and version.
+    pub name: String,
+    /// describe() version.
+    pub version: String,
+    /// Resolved parameters, as text.
+    pub params: Vec<(String, String)>,
+}
+
+/// The JSON part of a checkpoint.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Meta {
+    /// [`FORMAT`].
+    pub format: String,
+    /// Why it was written: `periodic`, `final`, `stopped` or `plugin fault`.
+    pub reason: String,
+    /// The tensor file, relative to this file's directory.
+    pub tensors: String,
+    /// blake3 of the tensor file, checked on load.
+    pub tensors_blake3: String,
+    /// Steps taken.
+    pub step: u64,
+    /// Training samples consumed (the data stream position).
+    pub samples_seen: u64,
+    /// The last training loss the policies saw.
+    pub last_loss: Option<f64>,
+    /// The last test accuracy the policies saw.
+    pub last_metric: Option<f64>,
+    /// The LR of the last step.
+    pub last_lr: Option<f64>,
+    /// Evaluations done (completed epochs).
+    pub epochs_evaluated: u32,
+    /// Training samples in the (sub)set, to refuse resuming on different data.
+    pub train_len: usize,
+    /// The run's settings.
+    pub config: TrainConfig,
+    /// The policy plugins.
+    pub plugins: Vec<PluginRecord>,
+}
+
+/// Writes `tensors` and `meta` into `dir` atomically; returns the JSON's path.
+pub fn save(dir: &Path, mut meta: Meta, tensors: &[(String, Tensor)]) -> Result<PathBuf> {
+    let name = format!("checkpoint-{:08}.safetensors", meta.step);
+    let final_tensors = dir.join(&name);
+    let tmp_tensors = dir.join(format!("{name}.tmp"));
+    Tensor::write_safetensors(tensors, &tmp_tensors)
+        .with_context(|| format!("cannot write {}", tmp_tensors.display()))?;
+    let bytes = fs::read(&tmp_tensors)?;
+    meta.tensors_blake3 = blake3::hash(&bytes).to_hex().to_string();
+    fs::rename(&tmp_tensors, &final_tensors)?;
+
+    let json_path = dir.join(JSON_NAME);
+    let previous = fs::read(&json_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Meta>(&b).ok())
+        .map(|m| m.tensors);
+    meta.tensors = name.clone();
+    let tmp_json = dir.join(format!("{JSON_NAME}.tmp"));
+    fs::write(&tmp_json, serde_json::to_vec_pretty(&meta)?)
+        .with_context(|| format!("cannot write {}", tmp_json.display()))?;
+    fs::rename(&tmp_json, &json_path)?;
+    if let Some(old) = previous.filter(|old| *old != name) {
+        let _ = fs::remove_file(dir.join(old));
+    }
+    Ok(json_path)
+}
+
+/// Reads a checkpoint from its JSON file or from a run directory holding one.
+pub fn load(path: &Path) -> Result<(Meta, Vec<(String, Tensor)>)> {
+    let json_path = if path.is_dir() {
+        path.join(JSON_NAME)
+    } else {
+        path.to_path_buf()
+    };
+    let bytes = fs::read(&json_path)
+        .with_context(|| format!("cannot read checkpoint {}", json_path.display()))?;
+    let meta: Meta = serde_json::from_slice(&bytes).with_context(|| {
+        format!(
+            "{} is not an lsgd-host checkpoint (expected the JSON written next to checkpoint-*.safetensors)",
+            json_path.display()
+        )
+    })?;
+    if meta.format != FORMAT {
+        bail!(
+            "{}: checkpoint format `{}`, this lsgd-host reads `{FORMAT}`",
+            json_path.display(),
+            meta.format
+        );
+    }
+    let tensor_path = json_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(&meta.tensors);
+    let tensor_bytes = fs::read(&tensor_path)
+        .with_context(|| format!("cannot read checkpoint tensors {}", tensor_path.display()))?;
+    let hash = blake3::hash(&tensor_bytes).to_hex().to_string();
+    if hash != meta.tensors_blake3 {
+        bail!(
+            "{} is damaged: its blake3 is {hash}, {} recorded {}",
+            tensor_path.display(),
+            json_path.display(),
+            meta.tensors_blake3
+        );
+    }
+    let tensors = Tensor::read_safetensors(&tensor_path)
+        .with_context(|| format!("cannot decode {}", tensor_path.display()))?;
+    Ok((meta, tensors))
+}

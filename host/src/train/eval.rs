@@ -1,0 +1,46 @@
+//! Evaluation on the test split: mean cross-entropy (unsmoothed, so runs with different ε are
+//! comparable) and top-1 accuracy, with BatchNorm using its running statistics.
+
+use tch::nn::ModuleT;
+use tch::{Kind, Reduction};
+
+use super::tensors::SplitTensors;
+
+/// Samples per forward pass during evaluation.
+const EVAL_BATCH: i64 = 1000;
+
+/// Test loss and top-1 accuracy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evaluation {
+    /// Mean cross-entropy.
+    pub loss: f64,
+    /// Fraction of samples whose arg-max logit is the label.
+    pub accuracy: f64,
+}
+
+/// Evaluates `model` on `split`.
+pub fn evaluate(model: &dyn ModuleT, split: &SplitTensors) -> Evaluation {
+    let _guard = tch::no_grad_guard();
+    let n = split.len as i64;
+    let (mut loss_sum, mut correct) = (0.0, 0i64);
+    let mut start = 0;
+    while start < n {
+        let len = EVAL_BATCH.min(n - start);
+        let x = split.images.narrow(0, start, len);
+        let y = split.labels.narrow(0, start, len);
+        let logits = model.forward_t(&x, false);
+        loss_sum += logits
+            .cross_entropy_loss::<tch::Tensor>(&y, None, Reduction::Sum, -100, 0.0)
+            .double_value(&[]);
+        correct += logits
+            .argmax(-1, false)
+            .eq_tensor(&y)
+            .sum(Kind::Int64)
+            .int64_value(&[]);
+        start += len;
+    }
+    Evaluation {
+        loss: loss_sum / n as f64,
+        accuracy: correct as f64 / n as f64,
+    }
+}

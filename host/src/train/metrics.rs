@@ -1,0 +1,185 @@
+//! `OUT/metrics.jsonl`: one JSON object per step and one per evaluation, told apart by `kind`,
+//! and optionally the same as `metrics.csv` (steps) and `eval.csv` (evaluations). A resumed
+//! run first drops the records past its checkpoint, so the file never holds a step twice.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// One optimiser step.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    /// Step index from 0.
+    pub step: u64,
+    /// Fractional epoch at the start of the step.
+    pub epoch: f64,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Global batch used.
+    pub global_batch: u32,
+    /// Micro-batches per worker (gradient-accumulation steps).
+    pub micro_batches: u32,
+    /// Label-smoothing ε used.
+    pub label_smoothing: f32,
+    /// Mean training loss over the global batch (with smoothing).
+    pub loss: f64,
+    /// Global batch / wall time of the step.
+    pub samples_per_s: f64,
+    /// Seconds in forward, backward and the update.
+    pub compute_s: f64,
+    /// Seconds in gradient communication.
+    pub communication_s: f64,
+    /// Seconds asking the policy plugins.
+    pub policy_s: f64,
+}
+
+/// One evaluation on the test split, after the step that completed an epoch.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct EvalRecord {
+    /// The step after which it ran (the number of steps taken).
+    pub step: u64,
+    /// Epochs completed.
+    pub epoch: u32,
+    /// Mean test cross-entropy.
+    pub test_loss: f64,
+    /// Top-1 test accuracy.
+    pub test_acc: f64,
+    /// Seconds since the run (or resumed run) started.
+    pub elapsed_s: f64,
+}
+
+/// A line of metrics.jsonl.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Record {
+    /// A step.
+    Step(StepRecord),
+    /// An evaluation.
+    Eval(EvalRecord),
+}
+
+impl Record {
+    fn step(&self) -> u64 {
+        match self {
+            Record::Step(s) => s.step + 1,
+            Record::Eval(e) => e.step,
+        }
+    }
+}
+
+const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,policy_s";
+const EVAL_HEADER: &str = "step,epoch,test_loss,test_acc,elapsed_s";
+
+/// Reads every record of a metrics.jsonl file.
+pub fn read(path: &Path) -> Result<Vec<Record>> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    BufReader::new(file)
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.as_ref().is_ok_and(|l| !l.trim().is_empty()) || l.is_err())
+        .map(|(i, line)| {
+            let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+            serde_json::from_str(&line).with_context(|| {
+                format!(
+                    "{}:{}: not a metrics record (expected a JSON object with \"kind\": \"step\" or \"eval\")",
+                    path.display(),
+                    i + 1
+                )
+            })
+        })
+        .collect()
+}
+
+/// Appends records to the metrics files of a run directory.
+pub struct MetricsWriter {
+    jsonl: BufWriter<File>,
+    csv: Option<(BufWriter<File>, BufWriter<File>)>,
+}
+
+impl MetricsWriter {
+    /// Opens `dir/metrics.jsonl` (and the CSV files when `csv`): fresh for a new run, or kept
+    /// up to and including step `resume_step` for a resumed one.
+    pub fn open(dir: &Path, csv: bool, resume_step: Option<u64>) -> Result<Self> {
+        let path = dir.join("metrics.jsonl");
+        let kept = match resume_step {
+            Some(step) if path.exists() => read(&path)?
+                .into_iter()
+                .filter(|r| r.step() <= step)
+                .collect(),
+            _ => Vec::new(),
+        };
+        // Written beside and renamed over the old file, so a crash here loses nothing.
+        let tmp = dir.join("metrics.jsonl.tmp");
+        let mut w = MetricsWriter {
+            jsonl: BufWriter::new(create(&tmp)?),
+            csv: if csv {
+                let mut s = BufWriter::new(create(&dir.join("metrics.csv"))?);
+                let mut e = BufWriter::new(create(&dir.join("eval.csv"))?);
+                writeln!(s, "{STEP_HEADER}")?;
+                writeln!(e, "{EVAL_HEADER}")?;
+                Some((s, e))
+            } else {
+                None
+            },
+        };
+        for r in &kept {
+            w.write(r)?;
+        }
+        w.flush()?;
+        fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))?;
+        Ok(w)
+    }
+
+    /// Appends one record.
+    pub fn write(&mut self, record: &Record) -> Result<()> {
+        serde_json::to_writer(&mut self.jsonl, record)?;
+        self.jsonl.write_all(b"\n")?;
+        if let Some((steps, evals)) = &mut self.csv {
+            match record {
+                Record::Step(s) => writeln!(
+                    steps,
+                    "{},{},{},{},{},{},{},{},{},{},{}",
+                    s.step,
+                    s.epoch,
+                    s.lr,
+                    s.global_batch,
+                    s.micro_batches,
+                    s.label_smoothing,
+                    s.loss,
+                    s.samples_per_s,
+                    s.compute_s,
+                    s.communication_s,
+                    s.policy_s
+                )?,
+                Record::Eval(e) => writeln!(
+                    evals,
+                    "{},{},{},{},{}",
+                    e.step, e.epoch, e.test_loss, e.test_acc, e.elapsed_s
+                )?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes buffered records to disk (at evaluations, checkpoints and the end).
+    pub fn flush(&mut self) -> Result<()> {
+        self.jsonl.flush()?;
+        if let Some((s, e)) = &mut self.csv {
+            s.flush()?;
+            e.flush()?;
+        }
+        Ok(())
+    }
+}
+
+fn create(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))
+}

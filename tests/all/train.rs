@@ -1,0 +1,260 @@
+//! `lsgd-host run` on real Fashion-MNIST subsets: learning, resume equivalence, a plugin fault
+//! mid-run, bad data, the config file and the plot. They need Debian's
+//! `dataset-fashion-mnist` (the test command installs it).
+
+use std::path::{Path, PathBuf};
+
+use lsgd_host::data::DEFAULT_DIR;
+use lsgd_host::model::{Arch, ModelSpec};
+use lsgd_host::optim::{SgdConfig, SgdForm};
+use lsgd_host::plugin::Plugin;
+use lsgd_host::policy::{Bounds, PolicySet};
+use lsgd_host::train::metrics::{self, Record};
+use lsgd_host::train::{self, DeviceChoice, Reporting, TrainConfig};
+
+use crate::common::*;
+
+/// A small CPU run on `train` training samples; one thread, so it is deterministic.
+fn config(out: PathBuf, arch: Arch, train: usize, epochs: u32, batch: u32) -> TrainConfig {
+    TrainConfig {
+        model: ModelSpec {
+            arch,
+            depth: 8,
+            zero_init_residual: arch == Arch::Resnet,
+        },
+        sgd: SgdConfig::default(),
+        epochs,
+        global_batch: batch,
+        max_micro_batch: 512,
+        base_lr: 0.1,
+        reference_batch: 256,
+        max_batch: 1 << 20,
+        seed: 7,
+        threads: 1,
+        data: PathBuf::from(DEFAULT_DIR),
+        train_subset: Some(train),
+        test_subset: Some(1000),
+        device: DeviceChoice::Cpu,
+        out,
+        checkpoint_every: 0,
+        stop_after_steps: None,
+        csv: false,
+    }
+}
+
+fn policies(plugins: Vec<Plugin>) -> PolicySet {
+    PolicySet::new(plugins, Bounds::default()).unwrap()
+}
+
+fn warmup_and_smoothing() -> PolicySet {
+    let rt = runtime();
+    policies(vec![
+        load(
+            &rt,
+            "warmup",
+            &[("warmup_epochs", "1"), ("milestones", "1.5")],
+        )
+        .unwrap(),
+        load(&rt, "label-smoothing", &[]).unwrap(),
+    ])
+}
+
+fn quiet() -> Reporting {
+    Reporting { quiet: true }
+}
+
+fn steps(out: &Path) -> Vec<metrics::StepRecord> {
+    metrics::read(&out.join("metrics.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Step(s) => Some(s),
+            Record::Eval(_) => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_short_run_learns_well_above_chance() {
+    let out = scratch("train-learns");
+    let cfg = config(out.clone(), Arch::Cnn, 3000, 2, 100);
+    let rt = runtime();
+    let set = policies(vec![
+        load(&rt, "warmup", &[("warmup_epochs", "0.5")]).unwrap(),
+    ]);
+    let s = train::run(&cfg, set, None, quiet()).unwrap();
+    assert_eq!(s.steps, 60);
+    let acc = s.last_eval.unwrap().accuracy;
+    assert!(
+        acc > 0.65,
+        "test accuracy {acc} after 2 epochs of 3000 samples"
+    );
+    let st = steps(&out);
+    let mean = |r: &[metrics::StepRecord]| r.iter().map(|s| s.loss).sum::<f64>() / r.len() as f64;
+    assert!(mean(&st[50..]) < 0.7 * mean(&st[..5]), "loss did not fall");
+    // The linear scaling rule also scales down: η = 0.1 · 100/256 throughout.
+    assert_eq!(st[0].lr, 0.1 * 100.0 / 256.0);
+    assert_eq!(st[59].lr, 0.1 * 100.0 / 256.0);
+    let evals = metrics::read(&out.join("metrics.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter(|r| matches!(r, Record::Eval(_)))
+        .count();
+    assert_eq!(evals, 2);
+}
+
+#[test]
+fn n_steps_straight_equal_half_resume_half_bit_for_bit() {
+    // 600 samples at batch 64: batches straddle epochs, the LR warms up over the first epoch
+    // and drops at 1.5, ε ramps; Goyal's SGD form so the last LR matters on resume.
+    let mut straight = config(scratch("train-straight"), Arch::Cnn, 600, 2, 64);
+    straight.sgd.form = SgdForm::Goyal;
+    straight.sgd.nesterov = true;
+    let a = train::run(&straight, warmup_and_smoothing(), None, quiet()).unwrap();
+    assert_eq!(a.steps, 19);
+
+    let mut first = straight.clone();
+    first.out = scratch("train-split");
+    first.stop_after_steps = Some(9);
+    let half = train::run(&first, warmup_and_smoothing(), None, quiet()).unwrap();
+    assert_eq!(half.steps, 9);
+    assert_ne!(half.weights_blake3, a.weights_blake3);
+    let mut second = first.clone();
+    second.stop_after_steps = None;
+    let b = train::run(&second, warmup_and_smoothing(), Some(&first.out), quiet()).unwrap();
+    assert_eq!(b.steps, 19);
+    assert_eq!(b.weights_blake3, a.weights_blake3, "resumed weights differ");
+    assert_eq!(b.last_eval.unwrap(), a.last_eval.unwrap());
+    // The resumed run's metrics hold every step once, with the same losses and LRs.
+    let (sa, sb) = (steps(&straight.out), steps(&first.out));
+    assert_eq!(
+        sb.iter().map(|s| s.step).collect::<Vec<_>>(),
+        (0..19).collect::<Vec<_>>()
+    );
+    for (x, y) in sa.iter().zip(&sb) {
+        assert_eq!(
+            (x.loss, x.lr, x.label_smoothing),
+            (y.loss, y.lr, y.label_smoothing)
+        );
+    }
+}
+
+#[test]
+fn a_resume_with_other_settings_or_plugins_is_refused() {
+    let mut cfg = config(scratch("train-mismatch"), Arch::Mlp, 300, 1, 100);
+    cfg.stop_after_steps = Some(1);
+    train::run(&cfg, warmup_and_smoothing(), None, quiet()).unwrap();
+    let mut other = cfg.clone();
+    other.seed = 8;
+    let rt = runtime();
+    let different = policies(vec![load(&rt, "cosine", &[]).unwrap()]);
+    let e = train::run(&other, different, Some(&cfg.out), quiet()).unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("--seed: checkpoint has 7, this run has 8"),
+        "{msg}"
+    );
+    assert!(msg.contains("policy plugins"), "{msg}");
+    assert!(msg.contains("cosine"), "{msg}");
+}
+
+#[test]
+fn a_plugin_fault_mid_run_saves_a_checkpoint_first() {
+    let cfg = config(scratch("train-fault"), Arch::Mlp, 500, 1, 50);
+    let rt = runtime();
+    let bad = load(&rt, "bad-schedule", &[("mode", "nan"), ("from_step", "4")]).unwrap();
+    let e = train::run(&cfg, policies(vec![bad]), None, quiet()).unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains("bad-schedule.wasm"), "{msg}");
+    assert!(msg.contains("learning-rate at step 4"), "{msg}");
+    assert!(msg.contains("state before step 4 saved to"), "{msg}");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cfg.out.join("checkpoint.json")).unwrap()).unwrap();
+    assert_eq!(meta["step"], 4);
+    assert_eq!(meta["reason"], "plugin fault");
+    assert_eq!(steps(&cfg.out).len(), 4);
+}
+
+#[test]
+fn a_damaged_data_file_is_named() {
+    let dir = scratch("train-bad-data");
+    for f in [
+        "train-images-idx3-ubyte.gz",
+        "train-labels-idx1-ubyte.gz",
+        "t10k-labels-idx1-ubyte.gz",
+    ] {
+        std::fs::copy(Path::new(DEFAULT_DIR).join(f), dir.join(f)).unwrap();
+    }
+    std::fs::write(
+        dir.join("t10k-images-idx3-ubyte.gz"),
+        b"\x1f\x8b\x08\x00garbage",
+    )
+    .unwrap();
+    let mut cfg = config(scratch("train-bad-data-out"), Arch::Mlp, 100, 1, 50);
+    cfg.data = dir.clone();
+    let e = train::run(&cfg, policies(vec![]), None, quiet()).unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains(&dir.join("t10k-images-idx3-ubyte.gz").display().to_string()),
+        "{msg}"
+    );
+}
+
+#[test]
+fn run_reads_a_config_file_where_flags_win_and_plot_draws_the_curves() {
+    let d = scratch("train-cli");
+    let cfg = d.join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "model = \"mlp\"\nepochs = 3\nglobal_batch = 100\ntrain-subset = 400\ntest_subset = 200\n\
+             threads = 1\ndevice = \"cpu\"\nnesterov = true\nschedule = \"warmup\"\n\
+             set = [\"schedule.warmup_epochs=1\"]\nout = \"{}\"\ncsv = true\n",
+            d.join("run").display()
+        ),
+    )
+    .unwrap();
+    let o = lsgd(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("test accuracy"), "{}", stdout(&o));
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("run/checkpoint.json")).unwrap()).unwrap();
+    assert_eq!(
+        meta["config"]["epochs"], 1,
+        "the flag must win over the file"
+    );
+    assert_eq!(meta["config"]["sgd"]["nesterov"], true);
+    let params = meta["plugins"][0]["params"].as_array().unwrap();
+    assert!(
+        params.contains(&serde_json::json!(["warmup_epochs", "1"])),
+        "{params:?}"
+    );
+    assert!(d.join("run/metrics.csv").is_file() && d.join("run/eval.csv").is_file());
+
+    let png = d.join("curves.png");
+    let o = lsgd(&[
+        "plot",
+        d.join("run/metrics.jsonl").to_str().unwrap(),
+        "-o",
+        png.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::metadata(&png).unwrap().len() > 10_000);
+
+    std::fs::write(&cfg, "epochs = 1\nlearning_rate = 3\n").unwrap();
+    let o = lsgd(&["run", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("unknown key `learning_rate`"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("run.toml"), "{}", stderr(&o));
+}
