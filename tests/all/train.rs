@@ -258,3 +258,22 @@ fn run_reads_a_config_file_where_flags_win_and_plot_draws_the_curves() {
     );
     assert!(stderr(&o).contains("run.toml"), "{}", stderr(&o));
 }
+
+#[test]
+fn cuda_runs_where_there_is_a_gpu_and_is_refused_clearly_where_not() {
+    let mut cfg = config(scratch("train-cuda"), Arch::Cnn, 512, 1, 128);
+    cfg.device = DeviceChoice::Cuda;
+    match train::run(&cfg, policies(vec![]), None, quiet()) {
+        Ok(s) => {
+            assert!(tch::Cuda::is_available());
+            assert!(s.last_eval.unwrap().accuracy > 0.1);
+        }
+        Err(e) => {
+            assert!(
+                !tch::Cuda::is_available(),
+                "CUDA is there but the run failed: {e:#}"
+            );
+            assert!(format!("{e:#}").contains("--device cuda: libtorch sees no CUDA device"));
+        }
+    }
+}

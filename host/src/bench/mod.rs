@@ -2,9 +2,11 @@
 //!
 //! - [`policies`]: per-call cost of each policy plugin next to the same formula compiled
 //!   natively, plus size, load and instantiation times;
+//! - [`languages`]: the same warmup schedule in Rust, C, Python, JavaScript and Go;
 //! - [`train`]: `lsgd-host run` against the same job in PyTorch, and the policies' share of a
 //!   training step through the sandbox against native.
 
+pub mod languages;
 pub mod policies;
 pub mod train;
 

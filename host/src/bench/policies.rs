@@ -114,8 +114,7 @@ fn measure(runtime: &Runtime, name: &str, states: &[State], rounds: usize) -> Re
     })
 }
 
-/// A native policy function, its output widened to f64 like [`crate::plugin::Output::as_f64`].
-pub type NativeFn = Box<dyn FnMut(&State) -> f64>;
+pub use crate::policy::NativeFn;
 
 /// The native twin of a reference plugin (matched by its describe() name), configured with
 /// the plugin's parameters; `None` for plugins the host has no formula for.

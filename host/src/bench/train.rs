@@ -9,7 +9,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -19,7 +18,7 @@ use crate::model::{Arch, ModelSpec};
 use crate::optim::SgdConfig;
 use crate::plugin::locate::locate;
 use crate::plugin::{PolicyKind, Runtime};
-use crate::policy::{Bounds, Clock, PolicySet, RunShape};
+use crate::policy::{Bounds, PolicySet};
 use crate::train::metrics::{self, Record};
 use crate::train::{self, DeviceChoice, Reporting, TrainConfig};
 
@@ -39,6 +38,8 @@ pub struct Setup {
     pub steps: u64,
     /// Untimed steps before them.
     pub warmup: u64,
+    /// Rounds of (WASM run, native run, PyTorch run); medians are reported.
+    pub rounds: usize,
     /// IDX directory.
     pub data: PathBuf,
     /// Python with torch importable.
@@ -56,6 +57,8 @@ pub struct Report {
     pub ratio: f64,
     /// torch.__version__ of the Python side.
     pub pytorch_version: String,
+    /// lsgd-host run with the policies compiled natively, samples/s.
+    pub native_samples_per_s: f64,
     /// Mean wall time of an lsgd-host step, ms.
     pub step_ms: f64,
     /// Mean time per step asking the WASM policies, µs.
@@ -64,6 +67,8 @@ pub struct Report {
     pub policy_native_us: f64,
     /// (WASM − native) policy time as a percentage of the step.
     pub policy_overhead_pct: f64,
+    /// samples/s of each round: [WASM policies, native policies, PyTorch].
+    pub rounds: Vec<[f64; 3]>,
 }
 
 /// A plugin of the benchmark: its kind, name and settings.
@@ -136,91 +141,102 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
     let bounds = Bounds {
         max_batch: setup.batch,
     };
-    eprintln!(
-        "lsgd-host run: {} steps of {} …",
-        config.stop_after_steps.unwrap(),
-        setup.batch
-    );
-    let summary = train::run(
-        &config,
-        load_policies(runtime, bounds)?,
-        None,
-        Reporting { quiet: true },
-    )?;
-    let steps: Vec<_> = metrics::read(&out.join("metrics.jsonl"))?
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Step(s) if s.step >= setup.warmup => Some(s),
-            _ => None,
-        })
-        .collect();
+    // Rounds alternate the three runs, so a load that drifts over minutes (a shared machine)
+    // touches each side alike; the medians are reported.
+    let (mut wasm, mut native, mut torch, mut version) =
+        (Vec::new(), Vec::new(), Vec::new(), String::new());
+    for round in 1..=setup.rounds.max(1) {
+        eprintln!(
+            "round {round}/{}: lsgd-host run with WASM policies, with native policies, PyTorch …",
+            setup.rounds.max(1)
+        );
+        wasm.push(timed_run(
+            &config,
+            load_policies(runtime, bounds)?,
+            setup.warmup,
+        )?);
+        let mut native_set = load_policies(runtime, bounds)?;
+        for (kind, _, _) in POLICIES {
+            let twin = native_twin(native_set.get(*kind).expect("loaded"))?
+                .context("a reference plugin without a native twin")?;
+            native_set.use_native(*kind, twin);
+        }
+        native.push(timed_run(&config, native_set, setup.warmup)?);
+        let (sps, v) = pytorch(setup)?;
+        torch.push(sps);
+        version = v;
+    }
     let _ = std::fs::remove_dir_all(&out);
-    let wall: f64 = steps
-        .iter()
-        .map(|s| f64::from(s.global_batch) / s.samples_per_s)
-        .sum();
-    let samples: f64 = steps.iter().map(|s| f64::from(s.global_batch)).sum();
-    let lsgd_sps = samples / wall;
-    let step_s = wall / steps.len() as f64;
-    let policy_wasm = steps.iter().map(|s| s.policy_s).sum::<f64>() / steps.len() as f64;
-    let policy_native = native_decisions(runtime, bounds, &config, summary.steps)?;
-
-    eprintln!("PyTorch ({}): the same job …", setup.python.display());
-    let (torch_sps, version) = pytorch(setup)?;
+    let field = |runs: &[Timed], f: fn(&Timed) -> f64| median(runs.iter().map(f).collect());
+    let lsgd_sps = field(&wasm, |t| t.samples_per_s);
+    let torch_sps = median(torch.clone());
+    let step_s = field(&wasm, |t| t.step_s);
+    let (policy_wasm, policy_native) =
+        (field(&wasm, |t| t.policy_s), field(&native, |t| t.policy_s));
     Ok(Report {
         lsgd_samples_per_s: lsgd_sps,
         pytorch_samples_per_s: torch_sps,
         ratio: lsgd_sps / torch_sps,
         pytorch_version: version,
+        native_samples_per_s: field(&native, |t| t.samples_per_s),
         step_ms: step_s * 1e3,
         policy_wasm_us: policy_wasm * 1e6,
         policy_native_us: policy_native * 1e6,
         policy_overhead_pct: 100.0 * (policy_wasm - policy_native) / step_s,
+        rounds: wasm
+            .iter()
+            .zip(&native)
+            .zip(&torch)
+            .map(|((w, n), t)| [w.samples_per_s, n.samples_per_s, *t])
+            .collect(),
     })
 }
 
-/// Mean seconds per step to make the run's decisions with the native twins of its plugins,
-/// timed the way the trainer times `PolicySet::decide` (one clock read around all three).
-fn native_decisions(
-    runtime: &Runtime,
-    bounds: Bounds,
-    config: &TrainConfig,
-    steps: u64,
-) -> Result<f64> {
-    let set = load_policies(runtime, bounds)?;
-    let twin = |k| -> Result<super::policies::NativeFn> {
-        native_twin(set.get(k).expect("loaded"))?.context("no native twin")
-    };
-    let (mut batch, mut lr, mut eps) = (
-        twin(PolicyKind::BatchSize)?,
-        twin(PolicyKind::Schedule)?,
-        twin(PolicyKind::LabelSmoothing)?,
-    );
-    let mut clock = Clock::new(RunShape {
-        epochs: config.epochs,
-        samples_per_epoch: 60_000,
-        initial_batch: config.global_batch,
-        world_size: 1,
-        base_lr: config.base_lr,
-        reference_batch: config.reference_batch,
-    })
-    .map_err(anyhow::Error::msg)?;
-    let mut total = 0.0;
-    for _ in 0..steps {
-        let t = Instant::now();
-        let b = batch(&clock.state()) as u32;
-        let s = clock.state_with_batch(b);
-        std::hint::black_box((lr(&s), eps(&s)));
-        total += t.elapsed().as_secs_f64();
-        clock.advance(b, Some(1.0));
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Throughput and per-step times of one training run.
+struct Timed {
+    samples_per_s: f64,
+    step_s: f64,
+    policy_s: f64,
+}
+
+/// Trains as `config` says and reads back the timed steps (those from `warmup` on).
+fn timed_run(config: &TrainConfig, policies: PolicySet, warmup: u64) -> Result<Timed> {
+    let _ = std::fs::remove_dir_all(&config.out);
+    train::run(config, policies, None, Reporting { quiet: true })?;
+    let steps: Vec<_> = metrics::read(&config.out.join("metrics.jsonl"))?
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Step(s) if s.step >= warmup => Some(s),
+            _ => None,
+        })
+        .collect();
+    if steps.is_empty() {
+        bail!("no timed steps: raise --steps");
     }
-    Ok(total / steps.max(1) as f64)
+    let n = steps.len() as f64;
+    let wall: f64 = steps
+        .iter()
+        .map(|s| f64::from(s.global_batch) / s.samples_per_s)
+        .sum();
+    let samples: f64 = steps.iter().map(|s| f64::from(s.global_batch)).sum();
+    Ok(Timed {
+        samples_per_s: samples / wall,
+        step_s: wall / n,
+        policy_s: steps.iter().map(|s| s.policy_s).sum::<f64>() / n,
+    })
 }
 
 fn pytorch(setup: &Setup) -> Result<(f64, String)> {
     let script = std::env::temp_dir().join(format!("lsgd-bench-{}.py", std::process::id()));
     std::fs::write(&script, PYTORCH_SCRIPT)?;
     let out = Command::new(&setup.python)
+        // torch warns at import when numpy is absent; the script does not need numpy.
+        .args(["-W", "ignore::UserWarning"])
         .arg(&script)
         .args(["--data", &setup.data.display().to_string()])
         .args(["--model", &setup.model.to_string()])
@@ -253,14 +269,22 @@ fn pytorch(setup: &Setup) -> Result<(f64, String)> {
 pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "bench train: {} on {}, batch {}, {} thread(s), {} timed steps after {}",
+        "bench train: {} on {}, batch {}, {} thread(s), {} timed steps after {}, median of {} rounds",
         setup.model,
         setup.data.display(),
         setup.batch,
         setup.threads,
         setup.steps,
-        setup.warmup
+        setup.warmup,
+        r.rounds.len()
     )?;
+    for (i, [w, n, t]) in r.rounds.iter().enumerate() {
+        writeln!(
+            out,
+            "  round {}: WASM {w:.1}, native {n:.1}, PyTorch {t:.1} samples/s",
+            i + 1
+        )?;
+    }
     writeln!(
         out,
         "  lsgd-host run         {:>9.1} samples/s",
@@ -275,6 +299,11 @@ pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<
         out,
         "  ratio                 {:>9.3}×   (goal >= 1.0×)",
         r.ratio
+    )?;
+    writeln!(
+        out,
+        "  same run, policies compiled natively {:>9.1} samples/s",
+        r.native_samples_per_s
     )?;
     writeln!(
         out,

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 
 use super::args::LimitArgs;
 use super::trace::Format;
-use crate::bench::{policies, train};
+use crate::bench::{languages, policies, train};
 use crate::model::Arch;
 
 /// Arguments of `bench`.
@@ -21,7 +21,8 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Median ns per policy call through the sandbox vs the same formula compiled natively.
     Policies {
-        /// Plugins to measure (paths or names); default: every reference plugin.
+        /// Plugins to measure (paths or names); default: every reference plugin, then the
+        /// warmup schedule in every plugin language (Rust, C, Python, JavaScript, Go).
         plugins: Vec<String>,
         /// Timed rounds over 9,000 states each; the median round is reported.
         #[arg(long, default_value_t = 21)]
@@ -50,6 +51,9 @@ enum BenchCommand {
         /// Untimed steps first.
         #[arg(long, default_value_t = 5)]
         warmup_steps: u64,
+        /// Rounds of (WASM run, native run, PyTorch run), alternated; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         /// IDX directory.
         #[arg(long, default_value = crate::data::DEFAULT_DIR)]
         data: PathBuf,
@@ -73,7 +77,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             format,
             limits,
         } => {
-            let plugins = if plugins.is_empty() {
+            let by_language = plugins.is_empty();
+            let plugins = if by_language {
                 policies::REFERENCE_PLUGINS
                     .iter()
                     .map(|s| s.to_string())
@@ -81,11 +86,26 @@ pub fn run(args: BenchArgs) -> Result<()> {
             } else {
                 plugins
             };
-            let rows = policies::run(&limits.runtime()?, &plugins, rounds)?;
+            let runtime = limits.runtime()?;
+            let mut rows = policies::run(&runtime, &plugins, rounds)?;
+            let languages = if by_language {
+                languages::run(&runtime, &rows, rounds)?
+            } else {
+                Vec::new()
+            };
             if format == Some(Format::Json) {
+                // One list of measurements: the language rows not already in it are appended.
+                for m in languages.iter().filter_map(|l| l.measurement.as_ref()) {
+                    if !rows.iter().any(|r| r.plugin == m.plugin) {
+                        rows.push(m.clone());
+                    }
+                }
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 policies::print_table(&rows, std::io::stdout().lock())?;
+                if !languages.is_empty() {
+                    languages::print_table(&languages, std::io::stdout().lock())?;
+                }
             }
         }
         BenchCommand::Train {
@@ -94,6 +114,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             threads,
             steps,
             warmup_steps,
+            rounds,
             data,
             python,
             format,
@@ -106,6 +127,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
                 steps,
                 warmup: warmup_steps,
+                rounds,
                 data,
                 python: python.unwrap_or_else(default_python),
             };

@@ -34,12 +34,19 @@ impl Default for Bounds {
     }
 }
 
+/// A policy formula compiled into the host, its output widened to f64 like
+/// [`Output::as_f64`].
+pub type NativeFn = Box<dyn FnMut(&State) -> f64>;
+
 /// The loaded policies of a run; absent ones fall back to constant behaviour (the base LR
 /// unscaled, the initial batch, no smoothing).
 pub struct PolicySet {
     schedule: Option<Plugin>,
     batch_size: Option<Plugin>,
     label_smoothing: Option<Plugin>,
+    /// Native twins answering instead of the plugins, by [`PolicyKind::ALL`] index; only
+    /// `bench train` sets them, to price the sandbox inside a real training loop.
+    native: [Option<NativeFn>; 3],
     bounds: Bounds,
 }
 
@@ -50,6 +57,7 @@ impl PolicySet {
             schedule: None,
             batch_size: None,
             label_smoothing: None,
+            native: [None, None, None],
             bounds,
         };
         for p in plugins {
@@ -84,22 +92,45 @@ impl PolicySet {
         }
     }
 
+    /// Answers `kind` with `twin` instead of its plugin from now on (the plugin stays, for its
+    /// identity). For benchmarks: the twin must compute the plugin's formula.
+    pub fn use_native(&mut self, kind: PolicyKind, twin: NativeFn) {
+        let i = PolicyKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .expect("every kind is listed");
+        self.native[i] = Some(twin);
+    }
+
+    /// The output of `kind` for `state`, or `None` without a plugin of that kind.
+    fn ask(&mut self, kind: PolicyKind, state: &State) -> Result<Option<f64>, PluginError> {
+        let i = PolicyKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .expect("every kind is listed");
+        let bounds = self.bounds;
+        if let Some(twin) = &mut self.native[i] {
+            return Ok(Some(twin(state)));
+        }
+        match self.slot(kind) {
+            Some(p) => Ok(Some(check_output(p, state, bounds)?.as_f64())),
+            None => Ok(None),
+        }
+    }
+
     /// Asks every policy for this step's values.
     pub fn decide(&mut self, clock: &Clock) -> Result<Decision, PluginError> {
-        let bounds = self.bounds;
-        let global_batch = match &mut self.batch_size {
-            Some(p) => check_output(p, &clock.state(), bounds)?.as_f64() as u32,
+        let global_batch = match self.ask(PolicyKind::BatchSize, &clock.state())? {
+            Some(b) => b as u32,
             None => clock.state().global_batch,
         };
         let state = clock.state_with_batch(global_batch);
-        let lr = match &mut self.schedule {
-            Some(p) => check_output(p, &state, bounds)?.as_f64(),
-            None => state.base_lr,
-        };
-        let label_smoothing = match &mut self.label_smoothing {
-            Some(p) => check_output(p, &state, bounds)?.as_f64() as f32,
-            None => 0.0,
-        };
+        let lr = self
+            .ask(PolicyKind::Schedule, &state)?
+            .unwrap_or(state.base_lr);
+        let label_smoothing = self
+            .ask(PolicyKind::LabelSmoothing, &state)?
+            .map_or(0.0, |e| e as f32);
         Ok(Decision {
             state,
             lr,
