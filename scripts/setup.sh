@@ -3,7 +3,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
-APT_PACKAGES=(fonts-dejavu-core dataset-fashion-mnist)
+APT_PACKAGES=(fonts-dejavu-core dataset-fashion-mnist libopenmpi-dev openmpi-bin libclang-dev)
 RUST_TARGETS=(wasm32-wasip2)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
