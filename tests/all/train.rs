@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use lsgd_host::collective::Algorithm;
 use lsgd_host::data::DEFAULT_DIR;
 use lsgd_host::model::{Arch, ModelSpec};
 use lsgd_host::optim::{SgdConfig, SgdForm};
@@ -39,6 +40,9 @@ fn config(out: PathBuf, arch: Arch, train: usize, epochs: u32, batch: u32) -> Tr
         checkpoint_every: 0,
         stop_after_steps: None,
         csv: false,
+        allreduce: Algorithm::Mpi,
+        bucket_mb: 25.0,
+        consistency_every: 100,
     }
 }
 
@@ -276,4 +280,111 @@ fn cuda_runs_where_there_is_a_gpu_and_is_refused_clearly_where_not() {
             assert!(format!("{e:#}").contains("--device cuda: libtorch sees no CUDA device"));
         }
     }
+}
+
+/// `mpirun` as root on a small machine: oversubscribed, unbound, one thread per rank.
+fn mpirun(apps: &[Vec<String>]) -> std::process::Output {
+    let mut cmd = std::process::Command::new("mpirun");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
+    .env("LSGD_CACHE_DIR", scratch_cache());
+    for (i, app) in apps.iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.args(app);
+    }
+    cmd.output()
+        .expect("mpirun (Open MPI) is installed by scripts/setup.sh")
+}
+
+/// `-np N lsgd-host run` with the small cnn job's flags plus `extra`.
+fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "-np",
+        &n.to_string(),
+        env!("CARGO_BIN_EXE_lsgd-host"),
+        "run",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for a in [
+        "--model",
+        "cnn",
+        "--train-subset",
+        "640",
+        "--test-subset",
+        "200",
+        "--epochs",
+        "1",
+        "--global-batch",
+        "64",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--seed",
+        "3",
+        "--schedule",
+        "warmup",
+        "--set",
+        "schedule.warmup_epochs=0.5",
+        "--consistency-every",
+        "2",
+        "--out",
+    ] {
+        v.push(a.to_string());
+    }
+    v.push(out.display().to_string());
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+#[test]
+fn two_ranks_keep_bit_identical_weights_and_a_resume_may_change_the_rank_count() {
+    let out = scratch("mpi-train");
+    let o = mpirun(&[ranks(
+        2,
+        &out,
+        &["--allreduce", "ring", "--stop-after-steps", "6"],
+    )]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("2 rank(s), ring all-reduce"), "{err}");
+    assert!(
+        err.contains("bit-identical on all 2 ranks at step 6"),
+        "{err}"
+    );
+    // Rank 0 alone wrote metrics: one record per step, each with the bytes it sent.
+    let st = steps(&out);
+    assert_eq!(st.len(), 6);
+    assert!(st.iter().all(|s| s.bytes_sent > 0 && s.global_batch == 64));
+    // The same run continues on one process (64 is divisible by 1) to the end of the epoch.
+    let o = mpirun(&[ranks(1, &out, &["--resume", out.to_str().unwrap()])]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("test accuracy"), "{}", stdout(&o));
+    assert_eq!(steps(&out).len(), 10);
+}
+
+#[test]
+fn ranks_running_different_policies_are_stopped_with_the_step_and_rank() {
+    let out = scratch("mpi-mismatch");
+    // Rank 1's schedule has a ×0.1 milestone at epoch 0.1; rank 0's does not. Warmup runs to
+    // epoch 0.5 (step 5), so the LRs part at step 5, and the check after step 6 sees it.
+    let other = ranks(1, &out, &["--set", "schedule.milestones=0.1"]);
+    let o = mpirun(&[ranks(1, &out, &[]), other]);
+    assert!(!o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "consistency check failed at step 6: the policy outputs (lr, batch, ε) of rank 1"
+        ),
+        "{err}"
+    );
 }

@@ -14,6 +14,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use super::policies::native_twin;
+use crate::collective::Algorithm;
 use crate::model::{Arch, ModelSpec};
 use crate::optim::SgdConfig;
 use crate::plugin::locate::locate;
@@ -137,6 +138,9 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
         checkpoint_every: 0,
         stop_after_steps: Some(setup.warmup + setup.steps),
         csv: false,
+        allreduce: Algorithm::Mpi,
+        bucket_mb: 25.0,
+        consistency_every: 100,
     };
     let bounds = Bounds {
         max_batch: setup.batch,

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::args::{LimitArgs, PolicyArgs};
+use crate::collective::{Algorithm, World};
 use crate::model::{Arch, ModelSpec};
 use crate::optim::{SgdConfig, SgdForm};
 use crate::train::{self, DeviceChoice, Reporting, TrainConfig};
@@ -94,6 +95,19 @@ pub struct RunArgs {
     /// Where tensors live.
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     device: DeviceChoice,
+    /// Gradient all-reduce algorithm when run under mpirun with more than one rank.
+    #[arg(long, value_enum, default_value_t = Algorithm::Mpi)]
+    allreduce: Algorithm,
+    /// Gradients are fused into buckets of about this many MiB per collective call.
+    #[arg(long, default_value_t = 25.0, value_name = "MIB")]
+    bucket_mb: f64,
+    /// Every N steps, check that all ranks hold bit-identical weights and policy outputs
+    /// (0: only at the end).
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    consistency_every: u64,
+    /// Rows × columns of the torus2d all-reduce, e.g. 4x8 (default: near-square).
+    #[arg(long, value_name = "XxY", value_parser = parse_shape)]
+    torus_shape: Option<(usize, usize)>,
     /// Also write metrics.csv and eval.csv.
     #[arg(long)]
     csv: bool,
@@ -136,6 +150,9 @@ impl RunArgs {
             checkpoint_every: self.checkpoint_every,
             stop_after_steps: self.stop_after_steps,
             csv: self.csv,
+            allreduce: self.allreduce,
+            bucket_mb: self.bucket_mb,
+            consistency_every: self.consistency_every,
         }
     }
 }
@@ -143,14 +160,20 @@ impl RunArgs {
 /// Runs `run`.
 pub fn run(args: RunArgs) -> Result<()> {
     let config = args.train_config();
+    let mut world = World::init()?;
+    world.set_torus_shape(args.torus_shape)?;
     let runtime = args.limits.runtime()?;
     let policies = args.policies.load(&runtime, args.limits.bounds())?;
-    let summary = train::run(
+    let summary = train::run_in(
+        &mut world,
         &config,
         policies,
         args.resume.as_deref(),
         Reporting { quiet: args.quiet },
     )?;
+    if !world.is_root() {
+        return Ok(());
+    }
     match summary.last_eval {
         Some(e) => println!(
             "test accuracy {:.2}% (test loss {:.4}) after {} steps; {:.0} samples/s; metrics in {}",
@@ -227,4 +250,19 @@ pub fn config_args(path: &std::path::Path) -> Result<Vec<String>> {
         }
     }
     Ok(out)
+}
+
+/// Parses `XxY` (e.g. `4x8`).
+fn parse_shape(s: &str) -> Result<(usize, usize), String> {
+    let (x, y) = s
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("`{s}`: expected ROWSxCOLS, e.g. 4x8"))?;
+    let n = |v: &str| {
+        v.trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("`{s}`: `{v}` is not a positive integer"))
+    };
+    Ok((n(x)?, n(y)?))
 }

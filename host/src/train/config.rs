@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
+use crate::collective::Algorithm;
 use crate::model::ModelSpec;
 use crate::optim::SgdConfig;
 
@@ -61,6 +62,12 @@ pub struct TrainConfig {
     pub stop_after_steps: Option<u64>,
     /// Also write metrics.csv and eval.csv.
     pub csv: bool,
+    /// The gradient all-reduce algorithm (with more than one rank).
+    pub allreduce: Algorithm,
+    /// Gradient bucket size, MiB.
+    pub bucket_mb: f64,
+    /// Compare weights and policy outputs across ranks every N steps (0: only at the end).
+    pub consistency_every: u64,
 }
 
 impl TrainConfig {
@@ -70,6 +77,9 @@ impl TrainConfig {
         self.sgd.validate()?;
         if self.max_micro_batch == 0 {
             return Err("--max-micro-batch must be at least 1".into());
+        }
+        if !(self.bucket_mb.is_finite() && self.bucket_mb > 0.0) {
+            return Err(format!("--bucket-mb {} must be above 0", self.bucket_mb));
         }
         if self.threads == 0 {
             return Err("--threads must be at least 1".into());

@@ -32,6 +32,9 @@ pub struct StepRecord {
     pub compute_s: f64,
     /// Seconds in gradient communication.
     pub communication_s: f64,
+    /// Bytes this rank sent in the step's collectives.
+    #[serde(default)]
+    pub bytes_sent: u64,
     /// Seconds asking the policy plugins.
     pub policy_s: f64,
 }
@@ -70,7 +73,7 @@ impl Record {
     }
 }
 
-const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,policy_s";
+const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,policy_s";
 const EVAL_HEADER: &str = "step,epoch,test_loss,test_acc,elapsed_s";
 
 /// Reads every record of a metrics.jsonl file.
@@ -141,7 +144,7 @@ impl MetricsWriter {
             match record {
                 Record::Step(s) => writeln!(
                     steps,
-                    "{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{},{},{}",
                     s.step,
                     s.epoch,
                     s.lr,
@@ -152,6 +155,7 @@ impl MetricsWriter {
                     s.samples_per_s,
                     s.compute_s,
                     s.communication_s,
+                    s.bytes_sent,
                     s.policy_s
                 )?,
                 Record::Eval(e) => writeln!(

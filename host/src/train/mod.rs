@@ -12,6 +12,7 @@
 //! - [`loss`]: smoothed cross-entropy;
 //! - [`eval`]: test loss and accuracy;
 //! - [`metrics`]: metrics.jsonl / CSV;
+//! - [`parallel`]: this rank's shard, gradient buckets, the cross-rank consistency check;
 //! - [`checkpoint`]: atomic save and resume;
 //! - [`progress`]: the progress bar or log lines.
 
@@ -21,6 +22,7 @@ pub mod eval;
 pub mod loss;
 pub mod metrics;
 pub mod order;
+pub mod parallel;
 pub mod progress;
 pub mod tensors;
 
@@ -31,6 +33,7 @@ use anyhow::{Context, Result, bail};
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
+use crate::collective::{Algorithm, Traffic, World};
 use crate::data;
 use crate::optim::Sgd;
 use crate::plugin::{Plugin, PolicyKind};
@@ -100,8 +103,22 @@ fn tune_malloc() {
     }
 }
 
-/// Trains as `config` says, asking `policies` at every step; resumes from `resume` if given.
+/// Trains in this process alone (see [`run_in`]).
 pub fn run(
+    config: &TrainConfig,
+    policies: PolicySet,
+    resume: Option<&std::path::Path>,
+    reporting: Reporting,
+) -> Result<Summary> {
+    run_in(&mut World::single(), config, policies, resume, reporting)
+}
+
+/// Trains as `config` says on this rank of `world`, asking `policies` at every step; resumes
+/// from `resume` if given. Every rank runs the same loop on its shard of each global batch
+/// and evaluates the whole test split (identical weights give identical results, which the
+/// policies read as `last-metric`); rank 0 alone reports, writes metrics and checkpoints.
+pub fn run_in(
+    world: &mut World,
     config: &TrainConfig,
     mut policies: PolicySet,
     resume: Option<&std::path::Path>,
@@ -124,7 +141,7 @@ pub fn run(
         epochs: config.epochs,
         samples_per_epoch: data.train.len as u64,
         initial_batch: config.global_batch,
-        world_size: 1,
+        world_size: world.size() as u32,
         base_lr: config.base_lr,
         reference_batch: config.reference_batch,
     })
@@ -132,8 +149,11 @@ pub fn run(
     let plugins = plugin_records(&policies);
     let mut epochs_evaluated = 0;
 
-    std::fs::create_dir_all(&config.out)
-        .with_context(|| format!("cannot create --out {}", config.out.display()))?;
+    let root = world.is_root();
+    if root {
+        std::fs::create_dir_all(&config.out)
+            .with_context(|| format!("cannot create --out {}", config.out.display()))?;
+    }
     let resumed_at = match resume {
         Some(path) => {
             let (meta, tensors) = checkpoint::load(path)?;
@@ -152,17 +172,29 @@ pub fn run(
         }
         None => None,
     };
-    let mut metrics = MetricsWriter::open(&config.out, config.csv, resumed_at)?;
+    let mut metrics = Metrics(if root {
+        Some(MetricsWriter::open(&config.out, config.csv, resumed_at)?)
+    } else {
+        None
+    });
     let mut order = SampleOrder::new(config.seed, data.train.len);
-    let mut progress = Progress::new(clock.state().total_steps, reporting.quiet);
+    let mut progress = Progress::new(clock.state().total_steps, reporting.quiet || !root);
+    let numels: Vec<usize> = opt.weights().map(|(_, t)| t.numel()).collect();
+    let buckets = parallel::Buckets::new(&numels, (config.bucket_mb * (1 << 20) as f64) as usize);
     progress.line(&format!(
-        "training {} ({} parameters) on {} samples, device {:?}, {} epochs from step {}",
+        "training {} ({} parameters) on {} samples, device {:?}, {} epochs from step {}, {} rank(s){}",
         config.model.arch,
-        opt.weights().map(|(_, t)| t.numel()).sum::<usize>(),
+        numels.iter().sum::<usize>(),
         data.train.len,
         device,
         config.epochs,
-        clock.step()
+        clock.step(),
+        world.size(),
+        if world.size() > 1 {
+            format!(", {} all-reduce over {} bucket(s)", config.allreduce, buckets.len())
+        } else {
+            String::new()
+        }
     ));
 
     let ctx = Ctx {
@@ -175,13 +207,19 @@ pub fn run(
     let started = Instant::now();
     let (mut samples, mut last_eval) = (0u64, None);
     let stop_at = config.stop_after_steps.unwrap_or(u64::MAX);
+    let mut last_decision = None;
     while !clock.finished() && clock.step() < stop_at {
         let t0 = Instant::now();
         let decision = match policies.decide(&clock) {
             Ok(d) => d,
             Err(e) => {
                 metrics.flush()?;
-                let saved = ctx.save(&clock, epochs_evaluated, "plugin fault")?;
+                // Policies are deterministic, so every rank meets the same fault here.
+                let saved = if root {
+                    ctx.save(&clock, epochs_evaluated, "plugin fault")?
+                } else {
+                    config.out.join(checkpoint::JSON_NAME)
+                };
                 progress.finish();
                 return Err(anyhow::Error::new(e).context(format!(
                     "training stopped; state before step {} saved to {} (resume with --resume)",
@@ -193,11 +231,9 @@ pub fn run(
         let t_policy = t0.elapsed().as_secs_f64();
         let state = decision.state;
         let batch = decision.global_batch as usize;
-        let micro = micro_batches(
-            batch / state.world_size as usize,
-            config.max_micro_batch as usize,
-        );
-        let indices = order.take(state.samples_seen, batch);
+        let micro = micro_batches(batch / world.size(), config.max_micro_batch as usize);
+        let global_indices = order.take(state.samples_seen, batch);
+        let indices = parallel::shard(&global_indices, world.rank(), world.size());
 
         let t1 = Instant::now();
         ctx.opt.zero_grad();
@@ -213,13 +249,31 @@ pub fn run(
                 &y,
                 f64::from(decision.label_smoothing),
             );
-            // The mean over the worker's batch is the size-weighted mean of micro-batch means.
+            // Scaled by micro/global, not micro/worker: the gradients are pre-divided by the
+            // world size, and the collective's sum is the mean over the global batch.
             (&loss * (m as f64 / batch as f64)).backward();
             loss_sum += loss.detach().to_kind(Kind::Double) * m as f64;
         }
+        let mut t_compute = t1.elapsed().as_secs_f64();
+        let (loss, traffic) = if world.size() > 1 {
+            let weights: Vec<&Tensor> = ctx.opt.weights().map(|(_, t)| t).collect();
+            let mut traffic = buckets.all_reduce(world, config.allreduce, &weights)?;
+            // Every rank must see the same loss: policies read it as `last-loss`.
+            let mut l = [loss_sum.double_value(&[]) as f32];
+            let t = world.all_reduce_sum(Algorithm::Mpi, &mut l)?;
+            traffic.bytes_sent += t.bytes_sent;
+            traffic.seconds += t.seconds;
+            (f64::from(l[0]) / batch as f64, traffic)
+        } else {
+            let none = Traffic {
+                bytes_sent: 0,
+                seconds: 0.0,
+            };
+            (loss_sum.double_value(&[]) / batch as f64, none)
+        };
+        let t2 = Instant::now();
         ctx.opt.step(decision.lr);
-        let loss = loss_sum.double_value(&[]) / batch as f64;
-        let t_compute = t1.elapsed().as_secs_f64();
+        t_compute += t2.elapsed().as_secs_f64();
         if !loss.is_finite() {
             metrics.flush()?;
             progress.finish();
@@ -244,7 +298,8 @@ pub fn run(
             loss,
             samples_per_s: batch as f64 / wall,
             compute_s: t_compute,
-            communication_s: 0.0,
+            communication_s: traffic.seconds,
+            bytes_sent: traffic.bytes_sent,
             policy_s: t_policy,
         }))?;
         let after = clock.state();
@@ -278,17 +333,36 @@ pub fn run(
             ));
             last_eval = Some(e);
         }
-        if config.checkpoint_every > 0
+        if config.consistency_every > 0 && clock.step().is_multiple_of(config.consistency_every) {
+            consistency(world, clock.step(), &decision, ctx.opt)?;
+        }
+        if root
+            && config.checkpoint_every > 0
             && clock.step().is_multiple_of(config.checkpoint_every)
             && !clock.finished()
         {
             metrics.flush()?;
             ctx.save(&clock, epochs_evaluated, "periodic")?;
         }
+        last_decision = Some(decision);
     }
     metrics.flush()?;
+    if world.size() > 1 {
+        if let Some(d) = &last_decision {
+            consistency(world, clock.step(), d, ctx.opt)?;
+        }
+        progress.line(&format!(
+            "consistency: weights and policy outputs bit-identical on all {} ranks at step {}",
+            world.size(),
+            clock.step()
+        ));
+    }
     let reason = if clock.finished() { "final" } else { "stopped" };
-    let checkpoint = ctx.save(&clock, epochs_evaluated, reason)?;
+    let checkpoint = if root {
+        ctx.save(&clock, epochs_evaluated, reason)?
+    } else {
+        config.out.join(checkpoint::JSON_NAME)
+    };
     progress.finish();
     let elapsed = started.elapsed().as_secs_f64();
     Ok(Summary {
@@ -450,4 +524,39 @@ pub fn weights_blake3(vs: &VarStore) -> String {
         }
     }
     h.finalize().to_hex().to_string()
+}
+
+/// The metrics writer on rank 0, nothing elsewhere.
+struct Metrics(Option<MetricsWriter>);
+
+impl Metrics {
+    fn write(&mut self, record: &Record) -> Result<()> {
+        match &mut self.0 {
+            Some(w) => w.write(record),
+            None => Ok(()),
+        }
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        match &mut self.0 {
+            Some(w) => w.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The cross-rank check after `step`: the policies' outputs and the weights.
+fn consistency(world: &World, step: u64, d: &crate::policy::Decision, opt: &Sgd) -> Result<()> {
+    parallel::check_consistent(
+        world,
+        step,
+        "policy outputs (lr, batch, ε)",
+        parallel::decision_digest(d.lr, d.global_batch, d.label_smoothing),
+    )?;
+    parallel::check_consistent(
+        world,
+        step,
+        "weights",
+        parallel::tensors_digest(opt.weights().map(|(_, t)| t)),
+    )
 }
