@@ -11,11 +11,13 @@
 //! - [`model`]: the networks `run` trains (PyTorch's default initialisation);
 //! - [`optim`]: SGD with momentum in PyTorch's and Goyal's forms;
 //! - [`train`]: the training loop of `lsgd-host run`, metrics and checkpoints;
+//! - [`collective`]: the ranks of an mpirun job and the gradient all-reduce algorithms;
 //! - [`bench`]: measurements that print ratios from one run;
 //! - [`cli`]: the command line.
 
 pub mod bench;
 pub mod cli;
+pub mod collective;
 pub mod compare;
 pub mod data;
 pub mod model;

@@ -8,5 +8,6 @@ mod common;
 mod faults;
 mod formulas;
 mod golden;
+mod mpi;
 mod train;
 mod wit_frozen;

@@ -1,11 +1,13 @@
 //! Benchmarks that print ratios measured in one run (never timed assertions in tests).
 //!
+//! - [`allreduce`]: each all-reduce algorithm against MPI_Allreduce under mpirun;
 //! - [`policies`]: per-call cost of each policy plugin next to the same formula compiled
 //!   natively, plus size, load and instantiation times;
 //! - [`languages`]: the same warmup schedule in Rust, C, Python, JavaScript and Go;
 //! - [`train`]: `lsgd-host run` against the same job in PyTorch, and the policies' share of a
 //!   training step through the sandbox against native.
 
+pub mod allreduce;
 pub mod languages;
 pub mod policies;
 pub mod train;

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 
 use super::args::LimitArgs;
 use super::trace::Format;
-use crate::bench::{languages, policies, train};
+use crate::bench::{allreduce, languages, policies, train};
 use crate::model::Arch;
 
 /// Arguments of `bench`.
@@ -65,6 +65,28 @@ enum BenchCommand {
         format: Option<Format>,
         #[command(flatten)]
         limits: LimitArgs,
+    },
+    /// Each all-reduce algorithm against MPI_Allreduce, nccl-tests style; run under mpirun
+    /// (`mpirun -np 4 lsgd-host bench allreduce --algo all --sizes 4K..64M`).
+    Allreduce {
+        /// `all` or a comma-separated list: mpi, ring, halving-doubling, torus2d, hierarchical.
+        #[arg(long, default_value = "all", value_parser = crate::collective::Algorithm::parse_list)]
+        algo: std::vec::Vec<crate::collective::Algorithm>,
+        /// Floats per vector: `4K..64M` (powers of two between the bounds) or a list `4K,1M`.
+        #[arg(long, default_value = "4K..64M", value_parser = allreduce::parse_sizes)]
+        sizes: std::vec::Vec<usize>,
+        /// Timed iterations per size (default: 50 at small sizes down to 9 at 64 MB).
+        #[arg(long)]
+        iters: Option<usize>,
+        /// Untimed iterations per size first.
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        /// Torus grid XxY for torus2d (default: near-square).
+        #[arg(long, value_parser = crate::collective::parse_shape)]
+        torus_shape: Option<(usize, usize)>,
+        /// `json` prints the measurements as JSON.
+        #[arg(long, value_enum)]
+        format: Option<Format>,
     },
 }
 
@@ -136,6 +158,32 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 train::print(&setup, &report, std::io::stdout().lock())?;
+            }
+        }
+        BenchCommand::Allreduce {
+            algo,
+            sizes,
+            iters,
+            warmup,
+            torus_shape,
+            format,
+        } => {
+            let mut world = crate::collective::World::init()?;
+            world.set_torus_shape(torus_shape)?;
+            let setup = allreduce::Setup {
+                algos: algo,
+                sizes,
+                iters,
+                warmup,
+            };
+            let rows = allreduce::run(&mut world, &setup)?;
+            // Every rank holds the same rows; rank 0 alone prints them.
+            if world.is_root() {
+                if format == Some(Format::Json) {
+                    println!("{}", serde_json::to_string_pretty(&rows)?);
+                } else {
+                    allreduce::print_table(&world, &rows, std::io::stdout().lock())?;
+                }
             }
         }
     }

@@ -7,6 +7,8 @@ mod compare;
 mod inspect;
 mod plot;
 mod run;
+mod selftest;
+mod simulate;
 mod trace;
 
 use std::process::ExitCode;
@@ -61,6 +63,11 @@ enum Command {
     Compare(compare::CompareArgs),
     /// Benchmarks that print ratios measured in one run.
     Bench(bench::BenchArgs),
+    /// Predicted all-reduce time of each algorithm on a cluster (α-β model).
+    Simulate(simulate::SimulateArgs),
+    /// Self-checks for the tests (run under mpirun).
+    #[command(hide = true)]
+    Selftest(selftest::SelftestArgs),
 }
 
 /// Parses the command line; for `run --config FILE`, parses again with the file's settings
@@ -92,6 +99,8 @@ pub fn main() -> ExitCode {
         Command::Inspect(a) => inspect::run(a).map(|()| true),
         Command::Compare(a) => compare::run(a),
         Command::Bench(a) => bench::run(a).map(|()| true),
+        Command::Simulate(a) => simulate::run(a).map(|()| true),
+        Command::Selftest(a) => selftest::run(a),
     });
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

@@ -1,0 +1,191 @@
+//! α-β(-γ) predictions of each all-reduce, as implemented here, for `lsgd-host simulate`.
+//!
+//! p ranks, n bytes; α seconds per message, β seconds per byte sent, γ seconds per byte reduced
+//! (formulas of docs' REFERENCE, Thakur et al. 2005). A step where a rank sends and receives
+//! at once costs one α + message·β.
+//!
+//! - ring: 2(p−1)α + 2((p−1)/p)·n·β + ((p−1)/p)·n·γ;
+//! - halving-doubling: 2·log₂q·α + 2((q−1)/q)·n·β + ((q−1)/q)·n·γ with q the largest power of
+//!   two ≤ p, plus the fold when q < p: 2(α + n·β) + n·γ (send away, get back, one add);
+//! - torus2d X×Y: 2(X+Y−2)α + 2((p−1)/p)·n·β + ((p−1)/p)·n·γ;
+//! - hierarchical, k ranks per node, m = ⌈p/k⌉ nodes, intra-node α_l, β_l:
+//!   ring reduce-scatter in the node (k−1)(α_l + (n/k)·β_l) + ((k−1)/k)·n·γ; gather to the
+//!   leader (k−1)α_l + ((k−1)/k)·n·β_l; ring among leaders 2(m−1)α + 2((m−1)/m)·n·β +
+//!   ((m−1)/m)·n·γ; binomial broadcast ⌈log₂k⌉(α_l + n·β_l);
+//! - mpi: what a tuned MPI can at best pick, the minimum of ring, halving-doubling and
+//!   recursive doubling (log₂p·(α + n·β + n·γ), the small-message choice).
+
+use serde::Serialize;
+
+use super::Algorithm;
+
+/// Machine parameters of the α-β model.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CostModel {
+    /// Seconds per message between nodes.
+    pub alpha: f64,
+    /// Seconds per byte between nodes.
+    pub beta: f64,
+    /// Seconds per byte reduced (added).
+    pub gamma: f64,
+    /// Seconds per message inside a node.
+    pub alpha_intra: f64,
+    /// Seconds per byte inside a node.
+    pub beta_intra: f64,
+    /// Ranks per node, for `hierarchical`.
+    pub ranks_per_node: usize,
+    /// Torus grid X×Y; `None`: the near-square default.
+    pub torus_shape: Option<(usize, usize)>,
+}
+
+impl CostModel {
+    /// Predicted seconds of `algo` over `p` ranks for `n` bytes.
+    pub fn predict(&self, algo: Algorithm, p: usize, n: f64) -> f64 {
+        let (a, b, g) = (self.alpha, self.beta, self.gamma);
+        match algo {
+            Algorithm::Ring => ring(p, n, a, b, g),
+            Algorithm::HalvingDoubling => halving_doubling(p, n, a, b, g),
+            Algorithm::Torus2d => {
+                let (x, y) = self
+                    .torus_shape
+                    .unwrap_or_else(|| super::torus::default_shape(p));
+                torus2d(x, y, n, a, b, g)
+            }
+            Algorithm::Hierarchical => hierarchical(p, n, self),
+            Algorithm::Mpi => ring(p, n, a, b, g)
+                .min(halving_doubling(p, n, a, b, g))
+                .min(recursive_doubling(p, n, a, b, g)),
+        }
+    }
+}
+
+/// Ring all-reduce.
+pub fn ring(p: usize, n: f64, alpha: f64, beta: f64, gamma: f64) -> f64 {
+    let pf = p as f64;
+    let share = (pf - 1.0) / pf;
+    2.0 * (pf - 1.0) * alpha + 2.0 * share * n * beta + share * n * gamma
+}
+
+/// Rabenseifner's halving-doubling, with the fold for non-powers of two.
+pub fn halving_doubling(p: usize, n: f64, alpha: f64, beta: f64, gamma: f64) -> f64 {
+    if p <= 1 {
+        return 0.0;
+    }
+    let q = super::halving_doubling::fold_target(p);
+    let qf = q as f64;
+    let share = (qf - 1.0) / qf;
+    let core = 2.0 * qf.log2() * alpha + 2.0 * share * n * beta + share * n * gamma;
+    let fold = if q < p {
+        2.0 * (alpha + n * beta) + n * gamma
+    } else {
+        0.0
+    };
+    core + fold
+}
+
+/// Recursive doubling: log₂p rounds of whole-vector exchanges.
+pub fn recursive_doubling(p: usize, n: f64, alpha: f64, beta: f64, gamma: f64) -> f64 {
+    (p as f64).log2().ceil() * (alpha + n * beta + n * gamma)
+}
+
+/// 2D torus on an X×Y grid.
+pub fn torus2d(x: usize, y: usize, n: f64, alpha: f64, beta: f64, gamma: f64) -> f64 {
+    let pf = (x * y) as f64;
+    let share = (pf - 1.0) / pf;
+    2.0 * (x as f64 + y as f64 - 2.0) * alpha + 2.0 * share * n * beta + share * n * gamma
+}
+
+/// Hierarchical: in-node reduce-scatter and gather, ring among leaders, in-node broadcast.
+pub fn hierarchical(p: usize, n: f64, m: &CostModel) -> f64 {
+    let k = m.ranks_per_node.clamp(1, p.max(1));
+    let kf = k as f64;
+    let nodes = p.div_ceil(k);
+    let local_share = (kf - 1.0) / kf;
+    let reduce_scatter =
+        (kf - 1.0) * (m.alpha_intra + n / kf * m.beta_intra) + local_share * n * m.gamma;
+    let gather = (kf - 1.0) * m.alpha_intra + local_share * n * m.beta_intra;
+    let leaders = ring(nodes, n, m.alpha, m.beta, m.gamma);
+    let broadcast = kf.log2().ceil() * (m.alpha_intra + n * m.beta_intra);
+    reduce_scatter + gather + leaders + broadcast
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: f64 = 5e-6;
+    const B: f64 = 1e-10;
+    const G: f64 = 1e-11;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-30)
+    }
+
+    #[test]
+    fn ring_at_two_ranks_is_two_messages_of_half_the_vector() {
+        let n = 1e8;
+        assert!(close(ring(2, n, A, B, G), 2.0 * A + n * B + n / 2.0 * G));
+        assert_eq!(ring(1, n, A, B, G), 0.0);
+    }
+
+    #[test]
+    fn a_one_row_or_one_column_torus_is_a_ring() {
+        for p in [2, 3, 7, 16] {
+            assert!(close(torus2d(p, 1, 1e6, A, B, G), ring(p, 1e6, A, B, G)));
+            assert!(close(torus2d(1, p, 1e6, A, B, G), ring(p, 1e6, A, B, G)));
+        }
+    }
+
+    #[test]
+    fn torus_keeps_ring_bandwidth_with_sqrt_latency() {
+        let n = 4e8;
+        let t = torus2d(32, 32, n, A, 0.0, 0.0);
+        assert!(close(t, 2.0 * 62.0 * A));
+        assert!(close(
+            torus2d(32, 32, n, 0.0, B, 0.0),
+            ring(1024, n, 0.0, B, 0.0)
+        ));
+    }
+
+    #[test]
+    fn halving_doubling_matches_rabenseifner_on_powers_of_two_and_adds_the_fold_otherwise() {
+        let n = 1e6;
+        let expect = 2.0 * 3.0 * A + 2.0 * 7.0 / 8.0 * n * B + 7.0 / 8.0 * n * G;
+        assert!(close(halving_doubling(8, n, A, B, G), expect));
+        let fold = 2.0 * (A + n * B) + n * G;
+        assert!(close(halving_doubling(12, n, A, B, G), expect + fold));
+        assert_eq!(halving_doubling(1, n, A, B, G), 0.0);
+        assert!(close(
+            recursive_doubling(8, n, A, B, G),
+            3.0 * (A + n * B + n * G)
+        ));
+    }
+
+    #[test]
+    fn hierarchical_with_one_rank_per_node_is_a_ring_and_small_messages_prefer_it() {
+        let model = |k| CostModel {
+            alpha: A,
+            beta: B,
+            gamma: G,
+            alpha_intra: A,
+            beta_intra: B,
+            ranks_per_node: k,
+            torus_shape: None,
+        };
+        assert!(close(
+            hierarchical(64, 1e6, &model(1)),
+            ring(64, 1e6, A, B, G)
+        ));
+        // At 1 KB, latency dominates: 8 leaders beat a 1024-rank ring.
+        let m8 = model(8);
+        assert!(
+            m8.predict(Algorithm::Hierarchical, 1024, 1e3) < m8.predict(Algorithm::Ring, 1024, 1e3)
+        );
+        // The baseline is never worse than what it can choose from.
+        for n in [1e3, 1e6, 1e9] {
+            let mpi = m8.predict(Algorithm::Mpi, 1024, n);
+            assert!(mpi <= m8.predict(Algorithm::Ring, 1024, n));
+            assert!(mpi <= m8.predict(Algorithm::HalvingDoubling, 1024, n));
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Hierarchical all-reduce: inside each node over the MPI shared-memory sub-communicator
+//! (`MPI_COMM_TYPE_SHARED`), between nodes by a ring among one leader per node.
+//!
+//! 1. Ring reduce-scatter inside the node, then each rank sends its finished chunk to the node
+//!    leader (local rank 0): the leader holds the node's sum, having received (k−1)/k·n floats
+//!    instead of the (k−1)·n of a naive gather-and-add.
+//! 2. Ring all-reduce among the leaders (one rank per node): only this phase crosses the
+//!    network, with m = p/k participants instead of p.
+//! 3. MPI_Bcast from the leader inside the node (shared memory).
+//!
+//! Only leaders compute the inter-node sum and the broadcast copies it, so every rank ends with
+//! the same bytes. Nodes need not have equal rank counts. For tests on one machine, a node can
+//! be simulated as consecutive blocks of k world ranks ([`Nodes::new`] with `Some(k)`).
+
+use mpi::topology::{Color, SimpleCommunicator};
+use mpi::traits::*;
+
+use super::chunks::chunk;
+use super::ring;
+
+/// The node and leader sub-communicators.
+pub struct Nodes {
+    ranks_per_node: Option<usize>,
+    node: SimpleCommunicator,
+    leaders: Option<SimpleCommunicator>,
+}
+
+impl Nodes {
+    /// Splits `world` by shared-memory node, or into blocks of `ranks_per_node` consecutive
+    /// ranks when given (collective).
+    pub fn new(world: &SimpleCommunicator, ranks_per_node: Option<usize>) -> anyhow::Result<Nodes> {
+        let r = world.rank();
+        let node = match ranks_per_node {
+            None => world.split_shared(r),
+            Some(k) => {
+                anyhow::ensure!(k > 0, "ranks per node must be positive");
+                world
+                    .split_by_color_with_key(Color::with_value(r / k as i32), r)
+                    .ok_or_else(|| anyhow::anyhow!("MPI_Comm_split returned no communicator"))?
+            }
+        };
+        let leader = node.rank() == 0;
+        let leaders = world.split_by_color_with_key(
+            if leader {
+                Color::with_value(0)
+            } else {
+                Color::undefined()
+            },
+            r,
+        );
+        Ok(Nodes {
+            ranks_per_node,
+            node,
+            leaders,
+        })
+    }
+
+    /// The simulated node size these communicators were made for (`None`: real nodes).
+    pub fn ranks_per_node(&self) -> Option<usize> {
+        self.ranks_per_node
+    }
+
+    /// Ranks on this rank's node.
+    pub fn local_size(&self) -> usize {
+        self.node.size() as usize
+    }
+
+    /// In-place all-reduce (sum). Returns the bytes sent (the broadcast counted as the
+    /// leader sending the vector once).
+    pub fn all_reduce(&self, buf: &mut [f32], scratch: &mut Vec<f32>) -> u64 {
+        let (k, lr) = (self.node.size() as usize, self.node.rank() as usize);
+        let n = buf.len();
+        let bytes = size_of_val(buf) as u64;
+        let mut sent = ring::reduce_scatter(&self.node, buf, scratch);
+        if k > 1 {
+            if lr == 0 {
+                for from in 1..k {
+                    let piece = chunk(n, k, ring::owned_chunk(from, k));
+                    self.node
+                        .process_at_rank(from as i32)
+                        .receive_into(&mut buf[piece]);
+                }
+            } else {
+                let piece = chunk(n, k, ring::owned_chunk(lr, k));
+                self.node.process_at_rank(0).send(&buf[piece.clone()]);
+                sent += (piece.len() * size_of::<f32>()) as u64;
+            }
+        }
+        if let Some(leaders) = &self.leaders {
+            sent += ring::all_reduce(leaders, buf, scratch);
+        }
+        if k > 1 {
+            self.node.process_at_rank(0).broadcast_into(buf);
+            if lr == 0 {
+                sent += bytes;
+            }
+        }
+        sent
+    }
+}

@@ -1,0 +1,250 @@
+//! The set of ranks a job runs on: MPI's world under `mpirun`, else one process without MPI.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use mpi::collective::SystemOperation;
+use mpi::environment::Universe;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+
+use super::hierarchical::Nodes;
+use super::torus::{self, Grid};
+use super::{Algorithm, Traffic, baseline, halving_doubling, ring};
+
+/// Environment variables that mpirun (Open MPI, MPICH/PMI, PMIx) sets in every rank.
+const LAUNCHER_VARS: [&str; 3] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"];
+
+/// The ranks of a job and the collectives between them.
+pub struct World {
+    mpi: Option<Box<Mpi>>,
+    torus_shape: Option<(usize, usize)>,
+    ranks_per_node: Option<usize>,
+}
+
+/// Field order matters: the sub-communicators are freed before the universe finalizes MPI.
+struct Mpi {
+    grid: Option<Grid>,
+    nodes: Option<Nodes>,
+    comm: SimpleCommunicator,
+    scratch: Vec<f32>,
+    rank: usize,
+    size: usize,
+    _universe: Universe,
+}
+
+impl World {
+    /// MPI when launched by mpirun (detected from its environment), otherwise a single-process
+    /// world that never touches MPI (so plain `lsgd-host run` needs no MPI daemon).
+    pub fn init() -> Result<World> {
+        if !LAUNCHER_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
+            return Ok(World::single());
+        }
+        let universe = mpi::initialize()
+            .ok_or_else(|| anyhow::anyhow!("MPI was already initialized in this process"))?;
+        let comm = universe.world();
+        let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+        Ok(World {
+            mpi: Some(Box::new(Mpi {
+                grid: None,
+                nodes: None,
+                comm,
+                scratch: Vec::new(),
+                rank,
+                size,
+                _universe: universe,
+            })),
+            torus_shape: None,
+            ranks_per_node: None,
+        })
+    }
+
+    /// An explicit single-process world (no MPI).
+    pub fn single() -> World {
+        World {
+            mpi: None,
+            torus_shape: None,
+            ranks_per_node: None,
+        }
+    }
+
+    /// This process's rank, 0-based.
+    pub fn rank(&self) -> usize {
+        self.mpi.as_ref().map_or(0, |m| m.rank)
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.mpi.as_ref().map_or(1, |m| m.size)
+    }
+
+    /// Whether this is rank 0 (the one that prints and writes files).
+    pub fn is_root(&self) -> bool {
+        self.rank() == 0
+    }
+
+    /// Whether the world runs on MPI (launched by mpirun, even with one rank).
+    pub fn is_mpi(&self) -> bool {
+        self.mpi.is_some()
+    }
+
+    /// In-place sum across ranks with `algo`; every rank gets identical result bytes. All ranks
+    /// must call it with the same algorithm and buffer length.
+    pub fn all_reduce_sum(&mut self, algo: Algorithm, buf: &mut [f32]) -> Result<Traffic> {
+        let start = Instant::now();
+        let (torus_shape, ranks_per_node) = (self.torus_shape, self.ranks_per_node);
+        let Some(m) = self.mpi.as_deref_mut() else {
+            return Ok(Traffic {
+                bytes_sent: 0,
+                seconds: start.elapsed().as_secs_f64(),
+            });
+        };
+        if m.size == 1 || buf.is_empty() {
+            return Ok(Traffic {
+                bytes_sent: 0,
+                seconds: start.elapsed().as_secs_f64(),
+            });
+        }
+        let bytes_sent = match algo {
+            Algorithm::Mpi => baseline::all_reduce(&m.comm, buf, &mut m.scratch),
+            Algorithm::Ring => ring::all_reduce(&m.comm, buf, &mut m.scratch),
+            Algorithm::HalvingDoubling => {
+                halving_doubling::all_reduce(&m.comm, buf, &mut m.scratch)
+            }
+            Algorithm::Torus2d => {
+                let shape = torus_shape.unwrap_or_else(|| torus::default_shape(m.size));
+                // Sub-communicators are made on first use: every rank reaches this call together.
+                if m.grid.as_ref().is_none_or(|g| g.shape() != shape) {
+                    m.grid = None;
+                    m.grid = Some(Grid::new(&m.comm, shape)?);
+                }
+                m.grid
+                    .as_ref()
+                    .expect("made above")
+                    .all_reduce(buf, &mut m.scratch)
+            }
+            Algorithm::Hierarchical => {
+                if m.nodes
+                    .as_ref()
+                    .is_none_or(|n| n.ranks_per_node() != ranks_per_node)
+                {
+                    m.nodes = None;
+                    m.nodes = Some(Nodes::new(&m.comm, ranks_per_node)?);
+                }
+                m.nodes
+                    .as_ref()
+                    .expect("made above")
+                    .all_reduce(buf, &mut m.scratch)
+            }
+        };
+        Ok(Traffic {
+            bytes_sent,
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Every rank's value, in rank order (for the weight/policy-hash consistency check).
+    pub fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>> {
+        let Some(m) = self.mpi.as_deref() else {
+            return Ok(vec![value]);
+        };
+        let mut all = vec![0u64; m.size];
+        m.comm.all_gather_into(&value, &mut all[..]);
+        Ok(all)
+    }
+
+    /// Element-wise maximum across ranks, in place (e.g. per-iteration times in benchmarks).
+    pub fn all_reduce_max_f64(&self, values: &mut [f64]) -> Result<()> {
+        let Some(m) = self.mpi.as_deref() else {
+            return Ok(());
+        };
+        let local = values.to_vec();
+        m.comm
+            .all_reduce_into(&local[..], values, SystemOperation::max());
+        Ok(())
+    }
+
+    /// Root's bytes to every rank (other ranks' `bytes` are replaced).
+    pub fn broadcast_bytes(&self, bytes: &mut Vec<u8>) -> Result<()> {
+        let Some(m) = self.mpi.as_deref() else {
+            return Ok(());
+        };
+        let root = m.comm.process_at_rank(0);
+        let mut len = bytes.len() as u64;
+        root.broadcast_into(&mut len);
+        bytes.resize(usize::try_from(len)?, 0);
+        root.broadcast_into(&mut bytes[..]);
+        Ok(())
+    }
+
+    /// Waits until every rank reaches this point.
+    pub fn barrier(&self) {
+        if let Some(m) = self.mpi.as_deref() {
+            m.comm.barrier();
+        }
+    }
+
+    /// The torus2d grid (`--torus-shape XxY`); `None` is the near-square default. Errors when
+    /// X·Y is not the world size.
+    pub fn set_torus_shape(&mut self, shape: Option<(usize, usize)>) -> Result<()> {
+        if let Some(s) = shape {
+            torus::check_shape(s, self.size())?;
+        }
+        self.torus_shape = shape;
+        Ok(())
+    }
+
+    /// The torus2d grid in use: the one set, else the near-square default.
+    pub fn torus_shape(&self) -> (usize, usize) {
+        self.torus_shape
+            .unwrap_or_else(|| torus::default_shape(self.size()))
+    }
+
+    /// Treats blocks of `k` consecutive ranks as one node for `hierarchical` (to exercise the
+    /// inter-node ring on one machine); `None` uses the real shared-memory nodes.
+    pub fn set_ranks_per_node(&mut self, ranks_per_node: Option<usize>) -> Result<()> {
+        if let Some(k) = ranks_per_node {
+            anyhow::ensure!(k > 0, "ranks per node must be positive");
+        }
+        self.ranks_per_node = ranks_per_node;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_single_process_world_is_the_identity() {
+        let mut w = World::single();
+        assert_eq!(
+            (w.rank(), w.size(), w.is_root(), w.is_mpi()),
+            (0, 1, true, false)
+        );
+        for algo in Algorithm::ALL {
+            let mut v = vec![1.5f32, -2.0, 3.25];
+            let t = w.all_reduce_sum(algo, &mut v).unwrap();
+            assert_eq!(v, [1.5, -2.0, 3.25]);
+            assert_eq!(t.bytes_sent, 0);
+        }
+        assert_eq!(w.all_gather_u64(7).unwrap(), [7]);
+        let mut b = vec![1, 2, 3];
+        w.broadcast_bytes(&mut b).unwrap();
+        assert_eq!(b, [1, 2, 3]);
+        let mut t = [1.0, 2.0];
+        w.all_reduce_max_f64(&mut t).unwrap();
+        assert_eq!(t, [1.0, 2.0]);
+        w.barrier();
+    }
+
+    #[test]
+    fn a_torus_shape_must_match_the_world_size() {
+        let mut w = World::single();
+        assert!(w.set_torus_shape(Some((2, 2))).is_err());
+        w.set_torus_shape(Some((1, 1))).unwrap();
+        assert_eq!(w.torus_shape(), (1, 1));
+        w.set_torus_shape(None).unwrap();
+        assert_eq!(w.torus_shape(), (1, 1));
+    }
+}

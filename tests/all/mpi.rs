@@ -1,0 +1,80 @@
+//! The all-reduce algorithms under a real `mpirun`: `lsgd-host selftest allreduce` checks each
+//! against MPI_Allreduce (tolerance for summation order) and that all ranks got the same bytes.
+
+use std::process::{Command, Output};
+
+/// `mpirun -np N lsgd-host selftest allreduce ARGS`, as root on a small machine: oversubscribed,
+/// unbound (bound ranks sharing a core would spin against each other).
+fn selftest(np: usize, args: &[&str]) -> Output {
+    Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "-np",
+        ])
+        .arg(np.to_string())
+        .arg(env!("CARGO_BIN_EXE_lsgd-host"))
+        .args(["selftest", "allreduce"])
+        .args(args)
+        // Shared-memory transport only: no network probing, and quiet on machines without one.
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .output()
+        .expect("mpirun (Open MPI) is installed by scripts/setup.sh")
+}
+
+fn assert_passes(np: usize, args: &[&str]) -> String {
+    let o = selftest(np, args);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "np={np} {args:?}: {}\n{out}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains(&format!("{np} ranks")), "{out}");
+    assert!(!out.contains("FAILED"), "{out}");
+    out
+}
+
+#[test]
+fn every_algorithm_matches_mpi_allreduce_on_one_to_five_ranks() {
+    for np in 1..=5 {
+        let out = assert_passes(np, &[]);
+        for name in ["mpi", "ring", "halving-doubling", "torus2d", "hierarchical"] {
+            assert!(out.contains(name), "np={np}: {name} missing\n{out}");
+        }
+        if np > 2 {
+            assert!(out.contains("hierarchical (2 ranks/node)"), "{out}");
+        }
+    }
+}
+
+#[test]
+fn torus_shapes_and_simulated_nodes_on_four_ranks() {
+    let out = assert_passes(4, &["--torus-shape", "1x4", "--ranks-per-node", "1,3"]);
+    assert!(
+        out.contains("torus2d 1x4") && out.contains("hierarchical (3 ranks/node)"),
+        "{out}"
+    );
+    let out = assert_passes(4, &["--torus-shape", "4x1", "--sizes", "0,1,5,1001"]);
+    assert!(out.contains("torus2d 4x1"), "{out}");
+    let out = assert_passes(
+        6,
+        &["--torus-shape", "2x3", "--sizes", "1,5,6,7,1001,65543"],
+    );
+    assert!(out.contains("torus2d 2x3"), "{out}");
+}
+
+#[test]
+fn a_torus_shape_that_does_not_cover_the_world_is_an_error() {
+    let o = selftest(2, &["--torus-shape", "2x2"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("torus shape 2x2 needs 4 ranks, the world has 2"),
+        "{err}"
+    );
+}
