@@ -5,6 +5,7 @@ checks names and types the way the Rust reference plugins do, and the range chec
 `Err(message)` with their words, so `configure` fails identically in every language.
 """
 
+import gc
 import math
 from typing import Callable, Dict, List, Optional
 
@@ -21,6 +22,11 @@ def plugin(spec: t.PluginInfo, config: Callable[[Dict[str, object]], object]):
     """
     from wit_world import exports
 
+    # A policy call allocates only acyclic objects (the train-state record), which reference
+    # counting frees; CPython's cycle collector would now and then walk the whole interpreter
+    # heap, milliseconds that can exceed the host's 10 ms deadline on a busy machine.
+    gc.collect()
+    gc.disable()
     current = [config(resolve(spec, []))]
 
     class Plugin(exports.Plugin):
