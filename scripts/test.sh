@@ -9,9 +9,11 @@ step() { printf '\n== %s\n' "$*" >&2; }
 
 step "format"
 cargo fmt --all -- --check
+cargo fmt --manifest-path plugins/lsgd-plugin-build/Cargo.toml -- --check
 
 step "build the plugins and test guests (wasm32-wasip2)"
 bash scripts/build-plugins.sh
+bash scripts/build-guests.sh  # C, Python, JavaScript, Go plugins (toolchains, clippy'd build tool)
 
 step "clippy: host (native) and guests (wasm32-wasip2)"
 cargo clippy --locked -p lsgd-host -p lsgd-policy --all-targets -- -D warnings

@@ -8,6 +8,8 @@ mod common;
 mod faults;
 mod formulas;
 mod golden;
+mod languages;
 mod mpi;
+mod scaffold;
 mod train;
 mod wit_frozen;

@@ -5,6 +5,7 @@ mod args;
 mod bench;
 mod compare;
 mod inspect;
+mod new;
 mod plot;
 mod run;
 mod selftest;
@@ -39,6 +40,9 @@ Examples:
   # Cost of a policy call through the sandbox vs native
   lsgd-host bench policies
 
+  # A new plugin project in Rust, C, Python, JavaScript or Go that builds with ./build.sh
+  lsgd-host new --lang python --kind schedule my-schedule
+
 Plugin arguments are paths, or names looked up in $LSGD_PLUGIN_PATH and next to the binary.";
 
 /// Large-batch synchronous SGD with training policies as sandboxed WebAssembly plugins.
@@ -63,6 +67,8 @@ enum Command {
     Compare(compare::CompareArgs),
     /// Benchmarks that print ratios measured in one run.
     Bench(bench::BenchArgs),
+    /// Create a plugin project (Rust, C, Python, JavaScript or Go) that builds with one command.
+    New(new::NewArgs),
     /// Predicted all-reduce time of each algorithm on a cluster (α-β model).
     Simulate(simulate::SimulateArgs),
     /// Self-checks for the tests (run under mpirun).
@@ -99,6 +105,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(a) => inspect::run(a).map(|()| true),
         Command::Compare(a) => compare::run(a),
         Command::Bench(a) => bench::run(a).map(|()| true),
+        Command::New(a) => new::run(a).map(|()| true),
         Command::Simulate(a) => simulate::run(a).map(|()| true),
         Command::Selftest(a) => selftest::run(a),
     });

