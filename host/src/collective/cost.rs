@@ -1,8 +1,8 @@
 //! α-β(-γ) predictions of each all-reduce, as implemented here, for `lsgd-host simulate`.
 //!
 //! p ranks, n bytes; α seconds per message, β seconds per byte sent, γ seconds per byte reduced
-//! (formulas of docs' REFERENCE, Thakur et al. 2005). A step where a rank sends and receives
-//! at once costs one α + message·β.
+//! (Thakur, Rabenseifner & Gropp 2005; Mikami et al. 2018 for the torus). A step where a rank
+//! sends and receives at once costs one α + message·β.
 //!
 //! - ring: 2(p−1)α + 2((p−1)/p)·n·β + ((p−1)/p)·n·γ;
 //! - halving-doubling: 2·log₂q·α + 2((q−1)/q)·n·β + ((q−1)/q)·n·γ with q the largest power of
@@ -11,7 +11,11 @@
 //! - hierarchical, k ranks per node, m = ⌈p/k⌉ nodes, intra-node α_l, β_l:
 //!   ring reduce-scatter in the node (k−1)(α_l + (n/k)·β_l) + ((k−1)/k)·n·γ; gather to the
 //!   leader (k−1)α_l + ((k−1)/k)·n·β_l; ring among leaders 2(m−1)α + 2((m−1)/m)·n·β +
-//!   ((m−1)/m)·n·γ; binomial broadcast ⌈log₂k⌉(α_l + n·β_l);
+//!   ((m−1)/m)·n·γ; MPI_Bcast in the node at the better of a binomial tree ⌈log₂k⌉(α_l + n·β_l)
+//!   and scatter + all-gather (⌈log₂k⌉ + k − 1)α_l + 2((k−1)/k)·n·β_l (what Open MPI's tuned
+//!   broadcast switches between). Only the leaders' ring crosses the network, with the whole
+//!   vector: hierarchical wins where latency dominates (many ranks, small buffers) or where the
+//!   network is much slower than the node;
 //! - mpi: what a tuned MPI can at best pick, the minimum of ring, halving-doubling and
 //!   recursive doubling (log₂p·(α + n·β + n·γ), the small-message choice).
 
@@ -105,7 +109,9 @@ pub fn hierarchical(p: usize, n: f64, m: &CostModel) -> f64 {
         (kf - 1.0) * (m.alpha_intra + n / kf * m.beta_intra) + local_share * n * m.gamma;
     let gather = (kf - 1.0) * m.alpha_intra + local_share * n * m.beta_intra;
     let leaders = ring(nodes, n, m.alpha, m.beta, m.gamma);
-    let broadcast = kf.log2().ceil() * (m.alpha_intra + n * m.beta_intra);
+    let tree = kf.log2().ceil();
+    let broadcast = (tree * (m.alpha_intra + n * m.beta_intra))
+        .min((tree + kf - 1.0) * m.alpha_intra + 2.0 * local_share * n * m.beta_intra);
     reduce_scatter + gather + leaders + broadcast
 }
 
