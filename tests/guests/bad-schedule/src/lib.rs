@@ -33,20 +33,23 @@ impl Policy for BadSchedule {
         Info::new(
             "bad-schedule",
             "Test guest: returns 0.1, or traps, loops, exhausts memory or returns NaN/-1/inf",
-            vec![ParamSpec::choice(
-                "mode",
-                &[
-                    "ok", "trap", "loop", "grow", "nan", "negative", "infinite", "reject", "clock",
-                    "env", "file",
-                ],
-                "misbehaviour: ok (0.1), trap, loop, grow, nan, negative, infinite, reject \
+            vec![
+                ParamSpec::choice(
+                    "mode",
+                    &[
+                        "ok", "trap", "loop", "grow", "nan", "negative", "infinite", "reject",
+                        "clock", "env", "file",
+                    ],
+                    "misbehaviour: ok (0.1), trap, loop, grow, nan, negative, infinite, reject \
                  (configure fails); sandbox probes: clock (wall-clock seconds), env (number of \
                  environment variables and arguments), file (1 if /etc/hostname is readable)",
-            ), ParamSpec::integer(
-                "from_step",
-                0,
-                "misbehave from this step on; return 0.1 before it",
-            )],
+                ),
+                ParamSpec::integer(
+                    "from_step",
+                    0,
+                    "misbehave from this step on; return 0.1 before it",
+                ),
+            ],
         )
     }
 
