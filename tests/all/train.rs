@@ -388,3 +388,50 @@ fn ranks_running_different_policies_are_stopped_with_the_step_and_rank() {
         "{err}"
     );
 }
+
+#[test]
+fn the_goyal_example_config_is_a_valid_run() {
+    let out = scratch("train-goyal-example");
+    let cfg = root().join("examples/goyal-90-epochs.toml");
+    let o = lsgd(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        // Its recipe, on 256 samples for one epoch: the flags win over the file.
+        "--epochs",
+        "1",
+        "--train-subset",
+        "256",
+        "--test-subset",
+        "100",
+        "--global-batch",
+        "256",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("checkpoint.json")).unwrap()).unwrap();
+    let c = &meta["config"];
+    assert_eq!(
+        (c["model"]["arch"].as_str(), c["model"]["depth"].as_u64()),
+        (Some("resnet"), Some(20))
+    );
+    assert_eq!(c["model"]["zero_init_residual"], true);
+    assert_eq!(
+        (c["max_micro_batch"].as_u64(), c["sgd"]["form"].as_str()),
+        (Some(32), Some("goyal"))
+    );
+    let params = meta["plugins"][0]["params"].as_array().unwrap();
+    assert!(
+        params.contains(&serde_json::json!(["milestones", "30,60,80"])),
+        "{params:?}"
+    );
+    // 256 samples in micro-batches of 32: eight accumulated passes per step.
+    assert_eq!(steps(&out)[0].micro_batches, 8);
+}
