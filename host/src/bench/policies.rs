@@ -91,11 +91,26 @@ fn measure(runtime: &Runtime, name: &str, states: &[State], rounds: usize) -> Re
         plugin.reset()?;
     }
     let instantiate_us = start.elapsed().as_secs_f64() * 1e6 / f64::from(INSTANCES);
+    let mut failure = None;
     let wasm_ns = median_ns_per_item(rounds, states.len(), || {
         for s in states {
-            black_box(plugin.call(black_box(s)).expect("benchmark call"));
+            match plugin.call(black_box(s)) {
+                Ok(out) => {
+                    black_box(out);
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    return;
+                }
+            }
         }
     });
+    if let Some(e) = failure {
+        // On a loaded machine a slow language runtime can miss the wall-clock deadline.
+        return Err(anyhow::Error::new(e).context(format!(
+            "benchmarking {name} (a longer --plugin-deadline-ms helps on a loaded machine)"
+        )));
+    }
     let native_ns = native_twin(&plugin)?.map(|mut f| {
         median_ns_per_item(rounds, states.len(), || {
             for s in states {
