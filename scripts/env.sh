@@ -9,8 +9,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # One Python virtual environment for every Python tool the project uses (libtorch for the
 # trainer, guest toolchains such as componentize-py); created by setup.sh.
 export LSGD_VENV="${LSGD_VENV:-$LSGD_CACHE_ROOT/venv}"
-# tch builds against the venv's libtorch; host/build.rs embeds its path as an rpath.
-for _torch in "$LSGD_VENV"/lib/python3*/site-packages/torch; do
-  [ -d "$_torch/lib" ] && export LIBTORCH="${LIBTORCH:-$_torch}"
-done
-unset _torch
+# tch builds against the venv's libtorch; host/build.rs embeds its path as an rpath. The path is
+# known before setup.sh creates the venv (scripts source this file first), so it is computed
+# from the interpreter the venv is made with, not looked up.
+if [ -z "${LIBTORCH:-}" ]; then
+  _py="$(python3 -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')"
+  export LIBTORCH="$LSGD_VENV/lib/$_py/site-packages/torch"
+  unset _py
+fi
