@@ -63,6 +63,11 @@ fn warmup_and_smoothing() -> PolicySet {
     ])
 }
 
+/// A run directory's checkpoint.json.
+fn checkpoint_meta(out: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(out.join("checkpoint.json")).unwrap()).unwrap()
+}
+
 fn quiet() -> Reporting {
     Reporting { quiet: true }
 }
@@ -172,8 +177,7 @@ fn a_plugin_fault_mid_run_saves_a_checkpoint_first() {
     assert!(msg.contains("bad-schedule.wasm"), "{msg}");
     assert!(msg.contains("learning-rate at step 4"), "{msg}");
     assert!(msg.contains("state before step 4 saved to"), "{msg}");
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(cfg.out.join("checkpoint.json")).unwrap()).unwrap();
+    let meta = checkpoint_meta(&cfg.out);
     assert_eq!(meta["step"], 4);
     assert_eq!(meta["reason"], "plugin fault");
     assert_eq!(steps(&cfg.out).len(), 4);
@@ -228,8 +232,7 @@ fn run_reads_a_config_file_where_flags_win_and_plot_draws_the_curves() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("test accuracy"), "{}", stdout(&o));
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("run/checkpoint.json")).unwrap()).unwrap();
+    let meta = checkpoint_meta(&d.join("run"));
     assert_eq!(
         meta["config"]["epochs"], 1,
         "the flag must win over the file"
@@ -415,8 +418,7 @@ fn the_goyal_example_config_is_a_valid_run() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("checkpoint.json")).unwrap()).unwrap();
+    let meta = checkpoint_meta(&out);
     let c = &meta["config"];
     assert_eq!(
         (c["model"]["arch"].as_str(), c["model"]["depth"].as_u64()),
