@@ -17,7 +17,6 @@ use super::policies::native_twin;
 use crate::collective::Algorithm;
 use crate::model::{Arch, ModelSpec};
 use crate::optim::SgdConfig;
-use crate::plugin::locate::locate;
 use crate::plugin::{PolicyKind, Runtime};
 use crate::policy::{Bounds, PolicySet};
 use crate::train::metrics::{self, Record};
@@ -97,10 +96,7 @@ fn load_policies(runtime: &Runtime, bounds: Bounds) -> Result<PolicySet> {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let path = locate(name).map_err(anyhow::Error::msg)?;
-        let mut plugin = runtime.load(&path, Some(*kind))?;
-        plugin.configure(&settings)?;
-        plugins.push(plugin);
+        plugins.push(runtime.load_configured(name, Some(*kind), &settings)?);
     }
     PolicySet::new(plugins, bounds).map_err(anyhow::Error::msg)
 }

@@ -1,11 +1,9 @@
 //! Argument groups shared by several subcommands, and their resolution into runtime settings.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
-use crate::plugin::{Cache, Limits, Plugin, PolicyKind, Runtime, locate::locate};
+use crate::plugin::{Cache, Limits, PolicyKind, Runtime};
 use crate::policy::{Bounds, Clock, PolicySet, RunShape};
 
 /// The shape of the (possibly imaginary) run whose states the policies see.
@@ -131,24 +129,11 @@ impl PolicyArgs {
         for (kind, path) in given {
             if let Some(path) = path {
                 let mine = settings_for(&settings, kind.set_prefix());
-                plugins.push(load_configured(runtime, path, Some(kind), &mine)?);
+                plugins.push(runtime.load_configured(path, Some(kind), &mine)?);
             }
         }
         PolicySet::new(plugins, bounds).map_err(anyhow::Error::msg)
     }
-}
-
-/// Locates, loads and configures one plugin.
-pub fn load_configured(
-    runtime: &Runtime,
-    arg: &str,
-    kind: Option<PolicyKind>,
-    settings: &[(String, String)],
-) -> Result<Plugin> {
-    let path: PathBuf = locate(arg).map_err(anyhow::Error::msg)?;
-    let mut plugin = runtime.load(&path, kind)?;
-    plugin.configure(settings)?;
-    Ok(plugin)
 }
 
 /// Splits `PREFIX.KEY=VALUE` settings, checking every prefix is one of `prefixes` (hyphens and

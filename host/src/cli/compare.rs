@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::Args;
 
-use super::args::{LimitArgs, ShapeArgs, load_configured, parse_settings, settings_for};
+use super::args::{LimitArgs, ShapeArgs, parse_settings, settings_for};
 use super::trace::Format;
 use crate::compare::{Report, Tolerance, compare};
 
@@ -41,8 +41,8 @@ pub fn run(args: CompareArgs) -> Result<bool> {
     let settings = parse_settings(&args.set, &["a", "b", "both"])?;
     let both = settings_for(&settings, "both");
     let with = |side: &str| [both.clone(), settings_for(&settings, side)].concat();
-    let mut a = load_configured(&runtime, &args.a, None, &with("a"))?;
-    let mut b = load_configured(&runtime, &args.b, None, &with("b"))?;
+    let mut a = runtime.load_configured(&args.a, None, &with("a"))?;
+    let mut b = runtime.load_configured(&args.b, None, &with("b"))?;
     let tolerance = Tolerance {
         rtol: args.rtol,
         atol: args.atol,

@@ -65,6 +65,20 @@ impl Runtime {
         &self.cache
     }
 
+    /// Locates a plugin by path or name (see [`super::locate`]), loads it expecting `kind` when
+    /// given, and configures it with `settings`.
+    pub fn load_configured(
+        &self,
+        arg: &str,
+        kind: Option<PolicyKind>,
+        settings: &[(String, String)],
+    ) -> anyhow::Result<Plugin> {
+        let path = super::locate::locate(arg).map_err(anyhow::Error::msg)?;
+        let mut plugin = self.load(&path, kind)?;
+        plugin.configure(settings)?;
+        Ok(plugin)
+    }
+
     /// Loads a plugin file, checks it implements a supported world (of kind `expect` when
     /// given), instantiates it in the sandbox and calls `describe`.
     pub fn load(&self, path: &Path, expect: Option<PolicyKind>) -> Result<Plugin, PluginError> {
