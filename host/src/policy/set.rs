@@ -41,28 +41,33 @@ pub type NativeFn = Box<dyn FnMut(&State) -> f64>;
 /// The loaded policies of a run; absent ones fall back to constant behaviour (the base LR
 /// unscaled, the initial batch, no smoothing).
 pub struct PolicySet {
-    schedule: Option<Plugin>,
-    batch_size: Option<Plugin>,
-    label_smoothing: Option<Plugin>,
-    /// Native twins answering instead of the plugins, by [`PolicyKind::ALL`] index; only
-    /// `bench train` sets them, to price the sandbox inside a real training loop.
+    /// The plugin of each kind, by [`PolicyKind::ALL`] index.
+    plugins: [Option<Plugin>; 3],
+    /// Native twins answering instead of the plugins, by the same index; only `bench train`
+    /// sets them, to price the sandbox inside a real training loop.
     native: [Option<NativeFn>; 3],
     bounds: Bounds,
 }
 
+/// The index of `kind` in [`PolicyKind::ALL`].
+fn index(kind: PolicyKind) -> usize {
+    PolicyKind::ALL
+        .iter()
+        .position(|k| *k == kind)
+        .expect("every kind is listed")
+}
+
 impl PolicySet {
-    /// Puts each plugin in its slot; a plugin of the wrong kind is refused.
+    /// Puts each plugin in its slot; two plugins of one kind are refused.
     pub fn new(plugins: Vec<Plugin>, bounds: Bounds) -> Result<Self, String> {
         let mut set = PolicySet {
-            schedule: None,
-            batch_size: None,
-            label_smoothing: None,
+            plugins: [None, None, None],
             native: [None, None, None],
             bounds,
         };
         for p in plugins {
             let kind = p.kind();
-            let slot = set.slot(kind);
+            let slot = &mut set.plugins[index(kind)];
             if let Some(old) = slot {
                 return Err(format!(
                     "two {kind} plugins given: {} and {}",
@@ -75,54 +80,35 @@ impl PolicySet {
         Ok(set)
     }
 
-    fn slot(&mut self, kind: PolicyKind) -> &mut Option<Plugin> {
-        match kind {
-            PolicyKind::Schedule => &mut self.schedule,
-            PolicyKind::BatchSize => &mut self.batch_size,
-            PolicyKind::LabelSmoothing => &mut self.label_smoothing,
-        }
-    }
-
     /// The plugin of `kind`, if loaded.
     pub fn get(&self, kind: PolicyKind) -> Option<&Plugin> {
-        match kind {
-            PolicyKind::Schedule => self.schedule.as_ref(),
-            PolicyKind::BatchSize => self.batch_size.as_ref(),
-            PolicyKind::LabelSmoothing => self.label_smoothing.as_ref(),
-        }
+        self.plugins[index(kind)].as_ref()
     }
 
     /// Answers `kind` with `twin` instead of its plugin from now on (the plugin stays, for its
     /// identity). For benchmarks: the twin must compute the plugin's formula.
     pub fn use_native(&mut self, kind: PolicyKind, twin: NativeFn) {
-        let i = PolicyKind::ALL
-            .iter()
-            .position(|k| *k == kind)
-            .expect("every kind is listed");
-        self.native[i] = Some(twin);
+        self.native[index(kind)] = Some(twin);
     }
 
     /// The output of `kind` for `state`, or `None` without a plugin of that kind.
     fn ask(&mut self, kind: PolicyKind, state: &State) -> Result<Option<f64>, PluginError> {
-        let i = PolicyKind::ALL
-            .iter()
-            .position(|k| *k == kind)
-            .expect("every kind is listed");
-        let bounds = self.bounds;
+        let i = index(kind);
         if let Some(twin) = &mut self.native[i] {
             return Ok(Some(twin(state)));
         }
-        match self.slot(kind) {
-            Some(p) => Ok(Some(check_output(p, state, bounds)?.as_f64())),
+        match &mut self.plugins[i] {
+            Some(p) => Ok(Some(check_output(p, state, self.bounds)?.as_f64())),
             None => Ok(None),
         }
     }
 
     /// Asks every policy for this step's values.
     pub fn decide(&mut self, clock: &Clock) -> Result<Decision, PluginError> {
-        let global_batch = match self.ask(PolicyKind::BatchSize, &clock.state())? {
+        let configured = clock.state();
+        let global_batch = match self.ask(PolicyKind::BatchSize, &configured)? {
             Some(b) => b as u32,
-            None => clock.state().global_batch,
+            None => configured.global_batch,
         };
         let state = clock.state_with_batch(global_batch);
         let lr = self
