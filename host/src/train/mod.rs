@@ -513,17 +513,10 @@ fn restore(
 pub fn weights_blake3(vs: &VarStore) -> String {
     let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
     vars.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut h = blake3::Hasher::new();
-    for (name, t) in vars {
-        let v: Vec<f32> =
-            Vec::try_from(t.to_device(Device::Cpu).to_kind(Kind::Float).flatten(0, -1))
-                .expect("float tensor");
-        h.update(name.as_bytes());
-        for x in v {
-            h.update(&x.to_le_bytes());
-        }
-    }
-    h.finalize().to_hex().to_string()
+    parallel::tensors_hash(vars.iter().map(|(n, t)| (n.as_str(), t)))
+        .finalize()
+        .to_hex()
+        .to_string()
 }
 
 /// The metrics writer on rank 0, nothing elsewhere.
@@ -557,6 +550,6 @@ fn consistency(world: &World, step: u64, d: &crate::policy::Decision, opt: &Sgd)
         world,
         step,
         "weights",
-        parallel::tensors_digest(opt.weights().map(|(_, t)| t)),
+        parallel::tensors_digest(opt.weights()),
     )
 }

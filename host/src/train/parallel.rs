@@ -99,17 +99,23 @@ impl Buckets {
     }
 }
 
-/// A 64-bit digest of every tensor's bytes, in the given order, for the consistency check.
-pub fn tensors_digest<'a>(tensors: impl Iterator<Item = &'a Tensor>) -> u64 {
+/// blake3 over each tensor's name and f32 bytes, in the given order: equal iff the tensors
+/// are bit-identical (for the consistency check and the run summary).
+pub fn tensors_hash<'a>(named: impl Iterator<Item = (&'a str, &'a Tensor)>) -> blake3::Hasher {
     let mut h = blake3::Hasher::new();
-    for t in tensors {
+    for (name, t) in named {
         let v = Vec::<f32>::try_from(t.to_device(Device::Cpu).to_kind(Kind::Float).flatten(0, -1))
             .expect("float tensor");
-        for x in v {
-            h.update(&x.to_le_bytes());
-        }
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        h.update(name.as_bytes());
+        h.update(&bytes);
     }
-    digest64(&h)
+    h
+}
+
+/// A 64-bit digest of named tensors, in the given order, for the consistency check.
+pub fn tensors_digest<'a>(named: impl Iterator<Item = (&'a str, &'a Tensor)>) -> u64 {
+    digest64(&tensors_hash(named))
 }
 
 /// A 64-bit digest of one step's policy outputs.
