@@ -82,7 +82,7 @@ pub fn read(path: &Path) -> Result<Vec<Record>> {
     BufReader::new(file)
         .lines()
         .enumerate()
-        .filter(|(_, l)| l.as_ref().is_ok_and(|l| !l.trim().is_empty()) || l.is_err())
+        .filter(|(_, l)| !matches!(l, Ok(text) if text.trim().is_empty()))
         .map(|(i, line)| {
             let line = line.with_context(|| format!("cannot read {}", path.display()))?;
             serde_json::from_str(&line).with_context(|| {

@@ -91,9 +91,9 @@ pub fn device(choice: DeviceChoice) -> Result<Device> {
 }
 
 /// Large-block glibc malloc settings: libtorch allocates and frees activation-sized blocks
-/// every step, and with the defaults each one is a fresh mmap/munmap pair plus page faults.
-/// Measured on the cnn: from ~0.88× to ~1.0× PyTorch's samples/s (PyTorch's Python does the
-/// equivalent through its allocator).
+/// every step, and with the defaults each one is a fresh mmap/munmap pair plus page faults;
+/// raised thresholds keep them in the heap for reuse, as PyTorch's allocator does for Python
+/// (`bench train` compares the two).
 fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator thresholds; it is safe to call at any time.
