@@ -41,6 +41,30 @@ macro_rules! export_label_smoothing {
 #[macro_export]
 macro_rules! __export_policy {
     ($policy:ty, $iface:ident, $kind:ident, $func:ident -> $ret:ty) => {
+        $crate::__export_plugin!($policy);
+
+        #[inline(always)]
+        fn __lsgd_state(s: lsgd::policy::types::TrainState) -> $crate::State {
+            $crate::copy_train_state!(s => $crate::State)
+        }
+
+        impl exports::lsgd::policy::$iface::Guest for __LsgdExport {
+            fn $func(state: lsgd::policy::types::TrainState) -> $ret {
+                __lsgd_with(|p| <$policy as $crate::$kind>::$func(p, &__lsgd_state(state)))
+            }
+        }
+
+        export!(__LsgdExport);
+    };
+}
+
+/// The `plugin` interface (describe, configure) of any [`Policy`](crate::Policy), and
+/// `__lsgd_with`, which runs a closure on the configured value; every export macro (the codec
+/// one in `lsgd-codec` too) starts with this and adds its own interface.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_plugin {
+    ($policy:ty) => {
         struct __LsgdExport;
 
         // Wasm components are single-threaded, so this is a plain static there; the RefCell
@@ -62,11 +86,6 @@ macro_rules! __export_policy {
                 });
                 f(policy)
             })
-        }
-
-        #[inline(always)]
-        fn __lsgd_state(s: lsgd::policy::types::TrainState) -> $crate::State {
-            $crate::copy_train_state!(s => $crate::State)
         }
 
         fn __lsgd_to_wit(v: $crate::Value) -> lsgd::policy::types::ParamValue {
@@ -138,13 +157,5 @@ macro_rules! __export_policy {
                 ::core::result::Result::Ok(())
             }
         }
-
-        impl exports::lsgd::policy::$iface::Guest for __LsgdExport {
-            fn $func(state: lsgd::policy::types::TrainState) -> $ret {
-                __lsgd_with(|p| <$policy as $crate::$kind>::$func(p, &__lsgd_state(state)))
-            }
-        }
-
-        export!(__LsgdExport);
     };
 }

@@ -1,0 +1,1 @@
+//! PLACEHOLDER: shared sparse payload format.

@@ -1,0 +1,219 @@
+//! Payload bytes: little-endian writers, a bounds-checked reader whose errors say what was
+//! malformed, and the 16-bit float conversions (round to nearest, ties to even) that fp16,
+//! bf16 and the host's 16-bit all-reduce share.
+
+/// Appends `xs` as little-endian binary32.
+pub fn put_f32s(out: &mut Vec<u8>, xs: &[f32]) {
+    out.reserve(xs.len() * 4);
+    for x in xs {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// Appends `xs` as little-endian u32.
+pub fn put_u32s(out: &mut Vec<u8>, xs: &[u32]) {
+    out.reserve(xs.len() * 4);
+    for x in xs {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// Reads a payload front to back; every read checks the length first.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader at the start of `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes, at: 0 }
+    }
+
+    /// The next `n` bytes.
+    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len());
+        match end {
+            Some(end) => {
+                let out = &self.bytes[self.at..end];
+                self.at = end;
+                Ok(out)
+            }
+            None => Err(format!(
+                "malformed payload: {what} needs {n} bytes at offset {}, but the payload has {}",
+                self.at,
+                self.bytes.len()
+            )),
+        }
+    }
+
+    /// A little-endian u32.
+    pub fn u32(&mut self, what: &str) -> Result<u32, String> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// A little-endian binary32.
+    pub fn f32(&mut self, what: &str) -> Result<f32, String> {
+        Ok(f32::from_bits(self.u32(what)?))
+    }
+
+    /// `n` little-endian binary32 values.
+    pub fn f32s(&mut self, n: usize, what: &str) -> Result<Vec<f32>, String> {
+        let b = self.take(n.checked_mul(4).ok_or("length overflow")?, what)?;
+        Ok(b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// `n` little-endian u32 values.
+    pub fn u32s(&mut self, n: usize, what: &str) -> Result<Vec<u32>, String> {
+        let b = self.take(n.checked_mul(4).ok_or("length overflow")?, what)?;
+        Ok(b.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// Errors unless every byte was read.
+    pub fn finish(self) -> Result<(), String> {
+        if self.at == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(format!(
+                "malformed payload: {} trailing bytes after offset {}",
+                self.bytes.len() - self.at,
+                self.at
+            ))
+        }
+    }
+}
+
+/// Errors unless `payloads` holds exactly `rounds` payloads.
+pub fn expect_rounds(payloads: &[Vec<u8>], rounds: usize) -> Result<(), String> {
+    if payloads.len() == rounds {
+        Ok(())
+    } else {
+        Err(format!(
+            "decode needs {rounds} payload(s), one per round, but got {}",
+            payloads.len()
+        ))
+    }
+}
+
+/// binary32 → binary16 bits, round to nearest even; overflow gives ±inf, NaN stays NaN.
+pub fn f16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32;
+    let man = b & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        // Subnormal (or zero) in binary16: shift the full significand into place, rounding.
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = 1u32 << (shift - 1);
+        let rest = m & ((1 << shift) - 1);
+        let mut v = m >> shift;
+        if rest > half || (rest == half && v & 1 == 1) {
+            v += 1;
+        }
+        return sign | v as u16;
+    }
+    let mut v = ((e as u32) << 10) | (man >> 13);
+    let rest = man & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && v & 1 == 1) {
+        // A carry into the exponent is the correct rounding (up to inf at the top).
+        v += 1;
+    }
+    sign | v as u16
+}
+
+/// binary16 bits → binary32 (exact).
+pub fn f16_value(h: u16) -> f32 {
+    let sign = u32::from(h & 0x8000) << 16;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let man = u32::from(h & 0x3ff);
+    let bits = match (exp, man) {
+        (0, 0) => sign,
+        (0, _) => {
+            // Subnormal: man · 2^-24, exact in binary32.
+            let v = man as f32 * f32::from_bits(0x3380_0000);
+            return if sign != 0 { -v } else { v };
+        }
+        (0x1f, 0) => sign | 0x7f80_0000,
+        (0x1f, _) => sign | 0x7fc0_0000 | (man << 13),
+        _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// binary32 → bfloat16 bits, round to nearest even; NaN stays NaN.
+pub fn bf16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    let round = 0x7fff + ((b >> 16) & 1);
+    (b.wrapping_add(round) >> 16) as u16
+}
+
+/// bfloat16 bits → binary32 (exact).
+pub fn bf16_value(h: u16) -> f32 {
+    f32::from_bits(u32::from(h) << 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_round_trips_every_finite_value_and_rounds_to_nearest_even() {
+        for h in 0..=u16::MAX {
+            let v = f16_value(h);
+            if v.is_nan() {
+                assert!(f16_value(f16_bits(v)).is_nan());
+            } else {
+                assert_eq!(f16_bits(v), h, "{h:#06x} -> {v}");
+            }
+        }
+        assert_eq!(f16_value(f16_bits(1.0 + 1.0 / 2048.0)), 1.0); // tie, down to even
+        assert_eq!(f16_value(f16_bits(1.0 + 3.0 / 2048.0)), 1.0 + 1.0 / 512.0); // tie, up to even
+        assert_eq!(f16_value(f16_bits(65520.0)), f32::INFINITY);
+        assert_eq!(f16_value(f16_bits(65504.0)), 65504.0);
+        assert_eq!(f16_value(f16_bits(2.0f32.powi(-25))), 0.0); // tie to zero
+        assert_eq!(f16_value(f16_bits(3.0 * 2.0f32.powi(-26))), 2.0f32.powi(-24));
+    }
+
+    #[test]
+    fn bf16_round_trips_and_rounds_to_nearest_even() {
+        for h in (0..=u16::MAX).step_by(7) {
+            let v = bf16_value(h);
+            if !v.is_nan() {
+                assert_eq!(bf16_bits(v), h);
+            }
+        }
+        assert_eq!(bf16_value(bf16_bits(1.0 + 2.0f32.powi(-8))), 1.0);
+        assert_eq!(bf16_value(bf16_bits(1.0 + 3.0 * 2.0f32.powi(-8))), 1.0 + 2.0f32.powi(-6));
+        assert!(bf16_value(bf16_bits(f32::NAN)).is_nan());
+    }
+
+    #[test]
+    fn the_reader_names_what_is_missing() {
+        let mut r = Reader::new(&[1, 0, 0, 0, 9]);
+        assert_eq!(r.u32("count").unwrap(), 1);
+        let e = r.f32("scale").unwrap_err();
+        assert!(e.contains("scale needs 4 bytes at offset 4"), "{e}");
+        let r = Reader::new(&[0; 3]);
+        assert!(r.finish().unwrap_err().contains("3 trailing bytes"));
+    }
+}
