@@ -1,5 +1,7 @@
-//! The all-reduce algorithms under a real `mpirun`: `lsgd-host selftest allreduce` checks each
-//! against MPI_Allreduce (tolerance for summation order) and that all ranks got the same bytes.
+//! The collectives under a real `mpirun`: `lsgd-host selftest allreduce` checks each all-reduce
+//! algorithm against MPI_Allreduce in f32 (tolerance for summation order) and against the exact
+//! sum in f16 and bf16 (tolerance for 16-bit rounding), that all ranks got the same bytes, and
+//! that the byte all-gather delivers every rank's payload (one of them empty) exactly.
 
 use std::process::{Command, Output};
 
@@ -39,16 +41,33 @@ fn assert_passes(np: usize, args: &[&str]) -> String {
     out
 }
 
+/// Whether the summary has a row for `name` summed in (or gathering) `element`.
+fn has_row(out: &str, name: &str, element: &str) -> bool {
+    out.lines()
+        .any(|l| l.starts_with(name) && l.split_whitespace().any(|w| w == element))
+}
+
 #[test]
-fn every_algorithm_matches_mpi_allreduce_on_one_to_five_ranks() {
+fn every_algorithm_matches_mpi_allreduce_and_the_exact_16_bit_sum_on_one_to_five_ranks() {
     for np in 1..=5 {
         let out = assert_passes(np, &[]);
         for name in ["mpi", "ring", "halving-doubling", "torus2d", "hierarchical"] {
-            assert!(out.contains(name), "np={np}: {name} missing\n{out}");
+            for element in ["f32", "f16", "bf16"] {
+                assert!(
+                    has_row(&out, name, element),
+                    "np={np}: {name} {element} missing\n{out}"
+                );
+            }
         }
         if np > 2 {
-            assert!(out.contains("hierarchical (2 ranks/node)"), "{out}");
+            for element in ["f32", "f16", "bf16"] {
+                assert!(
+                    has_row(&out, "hierarchical (2 ranks/node)", element),
+                    "{out}"
+                );
+            }
         }
+        assert!(has_row(&out, "all-gather of bytes", "bytes"), "{out}");
     }
 }
 
@@ -56,7 +75,7 @@ fn every_algorithm_matches_mpi_allreduce_on_one_to_five_ranks() {
 fn torus_shapes_and_simulated_nodes_on_four_ranks() {
     let out = assert_passes(4, &["--torus-shape", "1x4", "--ranks-per-node", "1,3"]);
     assert!(
-        out.contains("torus2d 1x4") && out.contains("hierarchical (3 ranks/node)"),
+        has_row(&out, "torus2d 1x4", "f16") && has_row(&out, "hierarchical (3 ranks/node)", "bf16"),
         "{out}"
     );
     let out = assert_passes(4, &["--torus-shape", "4x1", "--sizes", "0,1,5,1001"]);
@@ -65,7 +84,7 @@ fn torus_shapes_and_simulated_nodes_on_four_ranks() {
         6,
         &["--torus-shape", "2x3", "--sizes", "1,5,6,7,1001,65543"],
     );
-    assert!(out.contains("torus2d 2x3"), "{out}");
+    assert!(has_row(&out, "torus2d 2x3", "bf16"), "{out}");
 }
 
 #[test]

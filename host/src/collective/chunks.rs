@@ -1,18 +1,86 @@
-//! How a vector is cut into chunks, and the one point-to-point exchange every algorithm is
-//! built from.
+//! How a vector is cut into chunks, the one point-to-point exchange every algorithm is built
+//! from, and the element formats the algorithms sum in.
 //!
-//! A vector of n floats is cut into p chunks whose sizes differ by at most one (the first
-//! n mod p chunks get the extra float), so sizes not divisible by p and vectors shorter than p
+//! A vector of n elements is cut into p chunks whose sizes differ by at most one (the first
+//! n mod p chunks get the extra element), so sizes not divisible by p and vectors shorter than p
 //! (some chunks empty) need no special case. Empty chunks are still exchanged as zero-length
 //! messages: skipping them on one side only would leave the partner waiting.
+//!
+//! The algorithms are generic over an [`Element`] format, so 16-bit sums travel as 2 bytes per
+//! element through exactly the code, and the one-rank-per-chunk order, of the binary32 sums.
 
 use std::ops::Range;
 
+use lsgd_codec::wire;
+use mpi::datatype::Equivalence;
 use mpi::point_to_point as p2p;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-/// Element range of chunk `i` of `n` floats cut into `p` chunks.
+/// A number format the algorithms sum in: what a buffer stores and how two elements add.
+pub trait Element {
+    /// What buffers hold and the wire carries (the raw bits for the 16-bit formats).
+    type Stored: Equivalence + Copy + Default;
+    /// Whether MPI's built-in MPI_SUM on `Stored` computes [`Element::add`]; when it does not,
+    /// MPI_Allreduce needs a user-defined operation.
+    const MPI_SUM: bool;
+    /// `a + b` rounded to this format; commutative bit for bit, as MPI may swap the operands.
+    fn add(a: Self::Stored, b: Self::Stored) -> Self::Stored;
+    /// This format's buffer among `scratch`'s.
+    fn scratch(scratch: &mut Scratch) -> &mut Vec<Self::Stored>;
+}
+
+/// IEEE binary32, added natively.
+pub enum F32 {}
+
+/// IEEE binary16 bits, added in binary32 and rounded back (to nearest, ties to even).
+pub enum F16 {}
+
+/// bfloat16 bits, added in binary32 and rounded back (to nearest, ties to even).
+pub enum Bf16 {}
+
+impl Element for F32 {
+    type Stored = f32;
+    const MPI_SUM: bool = true;
+    fn add(a: f32, b: f32) -> f32 {
+        a + b
+    }
+    fn scratch(scratch: &mut Scratch) -> &mut Vec<f32> {
+        &mut scratch.f32
+    }
+}
+
+impl Element for F16 {
+    type Stored = u16;
+    const MPI_SUM: bool = false;
+    fn add(a: u16, b: u16) -> u16 {
+        wire::f16_bits(wire::f16_value(a) + wire::f16_value(b))
+    }
+    fn scratch(scratch: &mut Scratch) -> &mut Vec<u16> {
+        &mut scratch.u16
+    }
+}
+
+impl Element for Bf16 {
+    type Stored = u16;
+    const MPI_SUM: bool = false;
+    fn add(a: u16, b: u16) -> u16 {
+        wire::bf16_bits(wire::bf16_value(a) + wire::bf16_value(b))
+    }
+    fn scratch(scratch: &mut Scratch) -> &mut Vec<u16> {
+        &mut scratch.u16
+    }
+}
+
+/// Receive buffers kept from call to call so a training step allocates nothing; one per stored
+/// type (binary16 and bfloat16 share theirs).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    f32: Vec<f32>,
+    u16: Vec<u16>,
+}
+
+/// Element range of chunk `i` of `n` elements cut into `p` chunks.
 pub fn chunk(n: usize, p: usize, i: usize) -> Range<usize> {
     let (base, extra) = (n / p, n % p);
     let start = i * base + i.min(extra);
@@ -29,7 +97,7 @@ pub fn chunks(n: usize, p: usize, lo: usize, hi: usize) -> Range<usize> {
 }
 
 /// A shared slice of `send` and a mutable slice of `recv`, two disjoint ranges of `buf`.
-pub fn split_pair(buf: &mut [f32], send: Range<usize>, recv: Range<usize>) -> (&[f32], &mut [f32]) {
+pub fn split_pair<T>(buf: &mut [T], send: Range<usize>, recv: Range<usize>) -> (&[T], &mut [T]) {
     if send.is_empty() {
         return (&[], &mut buf[recv]);
     }
@@ -49,14 +117,14 @@ pub fn split_pair(buf: &mut [f32], send: Range<usize>, recv: Range<usize>) -> (&
     }
 }
 
-/// Sends `send` to rank `to` while receiving exactly `recv.len()` floats from rank `from` of
+/// Sends `send` to rank `to` while receiving exactly `recv.len()` elements from rank `from` of
 /// `comm`; returns the bytes sent.
-pub fn exchange(
+pub fn exchange<T: Equivalence>(
     comm: &SimpleCommunicator,
     to: usize,
-    send: &[f32],
+    send: &[T],
     from: usize,
-    recv: &mut [f32],
+    recv: &mut [T],
 ) -> u64 {
     p2p::send_receive_into(
         send,
@@ -68,9 +136,9 @@ pub fn exchange(
 }
 
 /// `acc[i] += inc[i]`, in one fixed order so the owner of a chunk always computes the same bytes.
-pub fn add_into(acc: &mut [f32], inc: &[f32]) {
+pub fn add_into<E: Element>(acc: &mut [E::Stored], inc: &[E::Stored]) {
     for (a, b) in acc.iter_mut().zip(inc) {
-        *a += *b;
+        *a = E::add(*a, *b);
     }
 }
 
@@ -108,5 +176,33 @@ mod tests {
         let (s, r) = split_pair(&mut v, 4..4, 4..6);
         assert!(s.is_empty());
         assert_eq!(r, [4.0, 5.0]);
+    }
+
+    #[test]
+    fn sixteen_bit_sums_add_in_f32_and_round_to_nearest_even() {
+        let f16 = |x: f32| wire::f16_bits(x);
+        let mut acc = [f16(1.0), f16(1.0), f16(65504.0), f16(-2.5)];
+        add_into::<F16>(
+            &mut acc,
+            &[
+                f16(2.0f32.powi(-11)),
+                f16(3.0 * 2.0f32.powi(-11)),
+                f16(16.0),
+                f16(2.5),
+            ],
+        );
+        let got: Vec<f32> = acc.iter().map(|&h| wire::f16_value(h)).collect();
+        // 1 + 2^-11 is a tie (down to even 1.0); 1 + 3·2^-11 rounds up; 65520 overflows.
+        assert_eq!(got, [1.0, 1.0 + 2.0f32.powi(-9), f32::INFINITY, 0.0]);
+
+        let bf16 = |x: f32| wire::bf16_bits(x);
+        let mut acc = [bf16(1.0), bf16(256.0)];
+        add_into::<Bf16>(&mut acc, &[bf16(2.0f32.powi(-8)), bf16(1.0)]);
+        let got: Vec<f32> = acc.iter().map(|&h| wire::bf16_value(h)).collect();
+        assert_eq!(got, [1.0, 256.0]);
+
+        let mut acc = [0.1f32, 1e8];
+        add_into::<F32>(&mut acc, &[0.2, 1.0]);
+        assert_eq!(acc, [0.1f32 + 0.2, 1e8]);
     }
 }

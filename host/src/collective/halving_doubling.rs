@@ -17,10 +17,11 @@
 //! Every element is finally summed by one rank (the owner of its chunk after the halving) and
 //! only copied afterwards, so all ranks receive identical bytes.
 
+use mpi::datatype::Equivalence;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::chunks::{add_into, chunks, exchange, split_pair};
+use super::chunks::{Element, add_into, chunks, exchange, split_pair};
 
 /// Largest power of two ≤ `p` (`p` ≥ 1).
 pub fn fold_target(p: usize) -> usize {
@@ -28,7 +29,11 @@ pub fn fold_target(p: usize) -> usize {
 }
 
 /// In-place all-reduce (sum) over `comm`. Returns the bytes sent.
-pub fn all_reduce(comm: &SimpleCommunicator, buf: &mut [f32], scratch: &mut Vec<f32>) -> u64 {
+pub fn all_reduce<E: Element>(
+    comm: &SimpleCommunicator,
+    buf: &mut [E::Stored],
+    scratch: &mut Vec<E::Stored>,
+) -> u64 {
     let (p, rank) = (comm.size() as usize, comm.rank() as usize);
     let n = buf.len();
     if p == 1 {
@@ -44,9 +49,9 @@ pub fn all_reduce(comm: &SimpleCommunicator, buf: &mut [f32], scratch: &mut Vec<
         if folded_out {
             sent += send(comm, rank + 1, buf);
         } else {
-            scratch.resize(n, 0.0);
+            scratch.resize(n, E::Stored::default());
             receive(comm, rank - 1, scratch);
-            add_into(buf, scratch);
+            add_into::<E>(buf, scratch);
         }
     }
     if !folded_out {
@@ -70,10 +75,10 @@ pub fn all_reduce(comm: &SimpleCommunicator, buf: &mut [f32], scratch: &mut Vec<
             };
             let keep_r = chunks(n, q, keep.0, keep.1);
             let give_r = chunks(n, q, give.0, give.1);
-            scratch.resize(scratch.len().max(keep_r.len()), 0.0);
+            scratch.resize(scratch.len().max(keep_r.len()), E::Stored::default());
             let incoming = &mut scratch[..keep_r.len()];
             sent += exchange(comm, partner, &buf[give_r], partner, incoming);
-            add_into(&mut buf[keep_r], incoming);
+            add_into::<E>(&mut buf[keep_r], incoming);
             (lo, hi) = keep;
             mask /= 2;
         }
@@ -108,12 +113,12 @@ pub fn all_reduce(comm: &SimpleCommunicator, buf: &mut [f32], scratch: &mut Vec<
     sent
 }
 
-fn send(comm: &SimpleCommunicator, to: usize, buf: &[f32]) -> u64 {
+fn send<T: Equivalence>(comm: &SimpleCommunicator, to: usize, buf: &[T]) -> u64 {
     comm.process_at_rank(to as i32).send(buf);
     size_of_val(buf) as u64
 }
 
-fn receive(comm: &SimpleCommunicator, from: usize, buf: &mut [f32]) {
+fn receive<T: Equivalence>(comm: &SimpleCommunicator, from: usize, buf: &mut [T]) {
     comm.process_at_rank(from as i32).receive_into(buf);
 }
 

@@ -15,7 +15,7 @@
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 
-use super::chunks::chunk;
+use super::chunks::{Element, chunk};
 use super::ring;
 
 /// The node and leader sub-communicators.
@@ -67,11 +67,15 @@ impl Nodes {
 
     /// In-place all-reduce (sum). Returns the bytes sent (the broadcast counted as the
     /// leader sending the vector once).
-    pub fn all_reduce(&self, buf: &mut [f32], scratch: &mut Vec<f32>) -> u64 {
+    pub fn all_reduce<E: Element>(
+        &self,
+        buf: &mut [E::Stored],
+        scratch: &mut Vec<E::Stored>,
+    ) -> u64 {
         let (k, lr) = (self.node.size() as usize, self.node.rank() as usize);
         let n = buf.len();
         let bytes = size_of_val(buf) as u64;
-        let mut sent = ring::reduce_scatter(&self.node, buf, scratch);
+        let mut sent = ring::reduce_scatter::<E>(&self.node, buf, scratch);
         if k > 1 {
             if lr == 0 {
                 for from in 1..k {
@@ -83,11 +87,11 @@ impl Nodes {
             } else {
                 let piece = chunk(n, k, ring::owned_chunk(lr, k));
                 self.node.process_at_rank(0).send(&buf[piece.clone()]);
-                sent += (piece.len() * size_of::<f32>()) as u64;
+                sent += size_of_val(&buf[piece]) as u64;
             }
         }
         if let Some(leaders) = &self.leaders {
-            sent += ring::all_reduce(leaders, buf, scratch);
+            sent += ring::all_reduce::<E>(leaders, buf, scratch);
         }
         if k > 1 {
             self.node.process_at_rank(0).broadcast_into(buf);

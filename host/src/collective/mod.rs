@@ -1,5 +1,7 @@
-//! Collectives for data-parallel training: the gradient all-reduce in five algorithms, and the
-//! small collectives the trainer needs (hash check, broadcast, barrier).
+//! Collectives for data-parallel training: the gradient all-reduce in five algorithms, in
+//! binary32 or in a 16-bit format ([`Half`], for summable compressed gradients), the all-gather
+//! of variable-length payloads (for the other codecs), and the small collectives the trainer
+//! needs (hash check, broadcast, barrier).
 //!
 //! A [`World`] is either an MPI world (the process was started by `mpirun`) or a single process
 //! that never touches MPI, so `lsgd-host run` without `mpirun` needs no MPI daemon.
@@ -14,7 +16,8 @@
 //! - [`hierarchical`]: reduce inside a node over shared memory, ring among node leaders;
 //! - [`baseline`]: MPI_Allreduce, the yardstick;
 //! - [`cost`]: α-β predictions of each algorithm at scales we cannot run;
-//! - [`selftest`]: every algorithm against MPI_Allreduce, for the mpirun tests.
+//! - [`chunks`]: chunking, the pairwise exchange, and the element formats summed in;
+//! - [`selftest`]: every algorithm against MPI_Allreduce and the exact sum, for the mpirun tests.
 
 pub mod baseline;
 pub mod chunks;
@@ -48,7 +51,8 @@ pub use world::World;
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Algorithm {
-    /// MPI_Allreduce as the MPI library implements it (the baseline).
+    /// MPI_Allreduce as the MPI library implements it (the baseline); 16-bit sums use a
+    /// user-defined MPI operation, since MPI has no 16-bit float sum.
     Mpi,
     /// Ring reduce-scatter, then ring all-gather.
     Ring,
@@ -109,6 +113,44 @@ impl Algorithm {
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// A 16-bit float format summed by [`World::all_reduce_sum_half`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Half {
+    /// IEEE binary16 (fp16).
+    F16,
+    /// bfloat16, the upper half of a binary32.
+    Bf16,
+}
+
+impl Half {
+    /// Both formats.
+    pub const ALL: [Half; 2] = [Half::F16, Half::Bf16];
+
+    /// `f16` or `bf16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Half::F16 => "f16",
+            Half::Bf16 => "bf16",
+        }
+    }
+
+    /// The nearest value's bits (ties to even), as the all-reduce rounds.
+    pub fn bits(self, x: f32) -> u16 {
+        match self {
+            Half::F16 => lsgd_codec::wire::f16_bits(x),
+            Half::Bf16 => lsgd_codec::wire::bf16_bits(x),
+        }
+    }
+
+    /// The value of `bits` (exact in binary32).
+    pub fn value(self, bits: u16) -> f32 {
+        match self {
+            Half::F16 => lsgd_codec::wire::f16_value(bits),
+            Half::Bf16 => lsgd_codec::wire::bf16_value(bits),
+        }
     }
 }
 

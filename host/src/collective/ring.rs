@@ -5,10 +5,11 @@
 //! the all-gather only copies, so every rank ends with the same bytes. The torus and the
 //! hierarchical algorithm reuse these two halves on their sub-communicators.
 
+use mpi::datatype::Equivalence;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::chunks::{add_into, chunk, exchange, split_pair};
+use super::chunks::{Element, add_into, chunk, exchange, split_pair};
 
 /// The chunk rank `rank` of a `p`-ring owns after [`reduce_scatter`].
 pub fn owned_chunk(rank: usize, p: usize) -> usize {
@@ -17,28 +18,32 @@ pub fn owned_chunk(rank: usize, p: usize) -> usize {
 
 /// Ring reduce-scatter over `comm`: afterwards this rank's [`owned_chunk`] of `buf` holds the
 /// sum over all ranks (other chunks hold partial sums). Returns the bytes sent.
-pub fn reduce_scatter(comm: &SimpleCommunicator, buf: &mut [f32], scratch: &mut Vec<f32>) -> u64 {
+pub fn reduce_scatter<E: Element>(
+    comm: &SimpleCommunicator,
+    buf: &mut [E::Stored],
+    scratch: &mut Vec<E::Stored>,
+) -> u64 {
     let (p, r) = (comm.size() as usize, comm.rank() as usize);
     let n = buf.len();
     if p == 1 {
         return 0;
     }
     let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
-    scratch.resize(n.div_ceil(p), 0.0);
+    scratch.resize(n.div_ceil(p), E::Stored::default());
     let mut sent = 0;
     for step in 0..p - 1 {
         let send = chunk(n, p, (r + p - step) % p);
         let recv = chunk(n, p, (r + 2 * p - step - 1) % p);
         let incoming = &mut scratch[..recv.len()];
         sent += exchange(comm, next, &buf[send], prev, incoming);
-        add_into(&mut buf[recv], incoming);
+        add_into::<E>(&mut buf[recv], incoming);
     }
     sent
 }
 
 /// Ring all-gather over `comm` after [`reduce_scatter`]: copies every rank's owned chunk into
 /// every other rank's `buf`. Returns the bytes sent.
-pub fn all_gather(comm: &SimpleCommunicator, buf: &mut [f32]) -> u64 {
+pub fn all_gather<T: Equivalence>(comm: &SimpleCommunicator, buf: &mut [T]) -> u64 {
     let (p, r) = (comm.size() as usize, comm.rank() as usize);
     let n = buf.len();
     if p == 1 {
@@ -56,6 +61,10 @@ pub fn all_gather(comm: &SimpleCommunicator, buf: &mut [f32]) -> u64 {
 }
 
 /// In-place ring all-reduce (sum) over `comm`. Returns the bytes sent.
-pub fn all_reduce(comm: &SimpleCommunicator, buf: &mut [f32], scratch: &mut Vec<f32>) -> u64 {
-    reduce_scatter(comm, buf, scratch) + all_gather(comm, buf)
+pub fn all_reduce<E: Element>(
+    comm: &SimpleCommunicator,
+    buf: &mut [E::Stored],
+    scratch: &mut Vec<E::Stored>,
+) -> u64 {
+    reduce_scatter::<E>(comm, buf, scratch) + all_gather(comm, buf)
 }

@@ -1,9 +1,12 @@
-//! Every algorithm against MPI_Allreduce on the same random data (`lsgd-host selftest
-//! allreduce`, run by the mpirun tests).
+//! Every algorithm against MPI_Allreduce and the exact sum, and the byte all-gather
+//! (`lsgd-host selftest allreduce`, run by the mpirun tests).
 //!
-//! Different algorithms add in different orders, so they are compared with a tolerance: two
-//! summation orders of p terms differ by at most (p−1)·ε·Σ|xᵢ| per element. Across ranks there
-//! is no tolerance: each algorithm must give every rank the same bytes (a hash per rank).
+//! Different algorithms add in different orders, so binary32 results are compared with
+//! MPI_Allreduce with a tolerance: two summation orders of p terms differ by at most
+//! (p−1)·ε·Σ|xᵢ| per element. 16-bit sums are compared with the exact sum, which every rank
+//! computes from every rank's inputs (each rank's data is a function of the seed, its rank and
+//! the size). Across ranks there is no tolerance: each algorithm must give every rank the same
+//! bytes (a hash per rank), and every rank must receive every payload of the all-gather exactly.
 
 use std::io::Write;
 
@@ -11,12 +14,12 @@ use anyhow::Result;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use super::{Algorithm, World};
+use super::{Algorithm, Half, World};
 
 /// What to test.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// Vector lengths (floats); [`default_sizes`] covers the edge cases.
+    /// Vector lengths (elements); [`default_sizes`] covers the edge cases.
     pub sizes: Vec<usize>,
     /// Torus grid for `torus2d`; `None`: the default shape.
     pub torus_shape: Option<(usize, usize)>,
@@ -26,12 +29,18 @@ pub struct Plan {
     pub seed: u64,
 }
 
-/// One algorithm (and variant) over every size.
+/// One algorithm (and variant) in one element format over every size.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// `ring`, `torus2d 2x2`, `hierarchical (2 ranks/node)` …
+    /// `ring`, `torus2d 2x2`, `hierarchical (2 ranks/node)`, `all-gather of bytes` …
     pub name: String,
-    /// Largest |result − MPI| / Σ|xᵢ| over every element and size, on any rank.
+    /// What was summed (`f32`, `f16`, `bf16`) or gathered (`bytes`).
+    pub element: &'static str,
+    /// The largest error allowed, relative to Σ|xᵢ| (0: exact).
+    pub tolerance: f64,
+    /// Largest |result − reference| / Σ|xᵢ| over every element and size, on any rank; the
+    /// reference is MPI_Allreduce for f32 and the exact sum for 16-bit formats. For the
+    /// all-gather: the largest fraction of payloads a rank received wrong.
     pub max_error: f64,
     /// Sizes where some rank exceeded the tolerance.
     pub wrong_sizes: Vec<usize>,
@@ -40,13 +49,38 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    fn new(name: &str, element: &'static str, tolerance: f64) -> Outcome {
+        Outcome {
+            name: name.to_string(),
+            element,
+            tolerance,
+            max_error: 0.0,
+            wrong_sizes: Vec::new(),
+            divergent_sizes: Vec::new(),
+        }
+    }
+
     /// Whether this algorithm passed.
     pub fn passed(&self) -> bool {
         self.wrong_sizes.is_empty() && self.divergent_sizes.is_empty()
     }
+
+    /// Records size `n` from this rank's `error` and result `hash` (collective).
+    fn record(&mut self, world: &World, n: usize, error: f64, hash: u64) -> Result<()> {
+        let mut errors = [error];
+        world.all_reduce_max_f64(&mut errors)?;
+        self.max_error = self.max_error.max(errors[0]);
+        if errors[0] > self.tolerance {
+            self.wrong_sizes.push(n);
+        }
+        if world.all_gather_u64(hash)?.iter().any(|&h| h != hash) {
+            self.divergent_sizes.push(n);
+        }
+        Ok(())
+    }
 }
 
-/// Sizes that hit the edge cases of chunking for `p` ranks: empty, fewer floats than ranks,
+/// Sizes that hit the edge cases of chunking for `p` ranks: empty, fewer elements than ranks,
 /// around p, not divisible by p, and large enough for several MPI protocols.
 pub fn default_sizes(p: usize) -> Vec<usize> {
     let mut sizes = vec![
@@ -68,10 +102,22 @@ pub fn default_sizes(p: usize) -> Vec<usize> {
     sizes
 }
 
+/// The error bound of a 16-bit sum of `p` terms relative to Σ|xᵢ|: γ₍ₚ₋₁₎ = (p−1)u/(1−(p−1)u),
+/// which holds for any summation tree (Higham, Accuracy and Stability of Numerical Algorithms,
+/// §4.2). u is the format's unit roundoff plus 2^-23, as each addition first rounds to binary32.
+fn half_tolerance(half: Half, p: usize) -> f64 {
+    let u = match half {
+        Half::F16 => 2f64.powi(-11),
+        Half::Bf16 => 2f64.powi(-8),
+    } + 2f64.powi(-23);
+    let k = (p - 1) as f64 * u;
+    k / (1.0 - k)
+}
+
 /// Runs the plan on every rank (collective); every rank returns the same outcomes (errors are
 /// maxed and hashes gathered across ranks).
 pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
-    let p = world.size();
+    let (p, rank) = (world.size(), world.rank());
     let mut cases: Vec<(String, Algorithm, Option<usize>)> = Vec::new();
     for algo in Algorithm::ALL {
         let name = match algo {
@@ -95,53 +141,83 @@ pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
     }
     world.set_torus_shape(plan.torus_shape)?;
 
+    // Rows: every case in f32, then in each 16-bit format, then the all-gather.
+    let k = cases.len();
+    let f32_tolerance = p as f64 * f32::EPSILON as f64;
     let mut outcomes: Vec<Outcome> = cases
         .iter()
-        .map(|(name, ..)| Outcome {
-            name: name.clone(),
-            max_error: 0.0,
-            wrong_sizes: Vec::new(),
-            divergent_sizes: Vec::new(),
-        })
+        .map(|(name, ..)| Outcome::new(name, "f32", f32_tolerance))
         .collect();
-    for &n in &plan.sizes {
-        let mut rng = StdRng::seed_from_u64(
-            plan.seed ^ (world.rank() as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n as u64,
+    for half in Half::ALL {
+        let tolerance = half_tolerance(half, p);
+        outcomes.extend(
+            cases
+                .iter()
+                .map(|(name, ..)| Outcome::new(name, half.name(), tolerance)),
         );
-        // Spread over 2^±12 so that partial sums round, and summation order shows.
-        let data: Vec<f32> = (0..n)
-            .map(|_| rng.random_range(-1.0f32..1.0) * (rng.random_range(-12..=12) as f32).exp2())
-            .collect();
+    }
+    outcomes.push(Outcome::new("all-gather of bytes", "bytes", 0.0));
+
+    for &n in &plan.sizes {
+        let inputs: Vec<Vec<f32>> = (0..p).map(|r| rank_data(plan.seed, r, n)).collect();
+        let data = &inputs[rank];
         let mut reference = data.clone();
         world.all_reduce_sum(Algorithm::Mpi, &mut reference)?;
         let mut magnitude: Vec<f32> = data.iter().map(|x| x.abs()).collect();
         world.all_reduce_sum(Algorithm::Mpi, &mut magnitude)?;
-        let tolerance = p as f64 * f32::EPSILON as f64;
-
-        for ((_, algo, ranks_per_node), outcome) in cases.iter().zip(&mut outcomes) {
+        for ((_, algo, ranks_per_node), outcome) in cases.iter().zip(&mut outcomes[..k]) {
             world.set_ranks_per_node(*ranks_per_node)?;
             let mut got = data.clone();
             world.all_reduce_sum(*algo, &mut got)?;
-            let error = got
+            let error = max_relative_error(
+                got.iter()
+                    .zip(&reference)
+                    .zip(&magnitude)
+                    .map(|((g, r), m)| (*g as f64, *r as f64, *m as f64)),
+            );
+            outcome.record(world, n, error, hash(got.iter().map(|x| x.to_le_bytes())))?;
+        }
+
+        for (half, rows) in Half::ALL.into_iter().zip(outcomes[k..3 * k].chunks_mut(k)) {
+            // Scaled so that no partial sum overflows f16 (largest finite 65504) at any world size.
+            let scale = 1.0 / p.next_power_of_two() as f32;
+            let bits: Vec<Vec<u16>> = inputs
                 .iter()
-                .zip(&reference)
-                .zip(&magnitude)
-                .map(|((g, r), m)| {
-                    let e = (*g as f64 - *r as f64).abs() / (*m as f64).max(f64::MIN_POSITIVE);
-                    if e.is_nan() { f64::INFINITY } else { e }
-                })
-                .fold(0.0, f64::max);
-            let mut errors = [error];
-            world.all_reduce_max_f64(&mut errors)?;
-            outcome.max_error = outcome.max_error.max(errors[0]);
-            if errors[0] > tolerance {
-                outcome.wrong_sizes.push(n);
+                .map(|v| v.iter().map(|x| half.bits(x * scale)).collect())
+                .collect();
+            let (mut exact, mut magnitude) = (vec![0f64; n], vec![0f64; n]);
+            for b in &bits {
+                for ((e, m), &h) in exact.iter_mut().zip(&mut magnitude).zip(b) {
+                    *e += half.value(h) as f64;
+                    *m += (half.value(h) as f64).abs();
+                }
             }
-            let hash = hash_floats(&got);
-            if world.all_gather_u64(hash)?.iter().any(|&h| h != hash) {
-                outcome.divergent_sizes.push(n);
+            for ((_, algo, ranks_per_node), outcome) in cases.iter().zip(rows) {
+                world.set_ranks_per_node(*ranks_per_node)?;
+                let mut got = bits[rank].clone();
+                world.all_reduce_sum_half(*algo, half, &mut got)?;
+                let error = max_relative_error(
+                    got.iter()
+                        .zip(&exact)
+                        .zip(&magnitude)
+                        .map(|((g, e), m)| (half.value(*g) as f64, *e, *m)),
+                );
+                outcome.record(world, n, error, hash(got.iter().map(|x| x.to_le_bytes())))?;
             }
         }
+
+        let (all, _) = world.all_gather_bytes(&payload(plan.seed, rank, n, p))?;
+        let wrong = (0..p)
+            .filter(|&r| all.get(r) != Some(&payload(plan.seed, r, n, p)))
+            .count()
+            + all.len().saturating_sub(p);
+        let mut framed = Vec::new();
+        for b in &all {
+            framed.extend((b.len() as u64).to_le_bytes());
+            framed.extend(b);
+        }
+        let gather = outcomes.last_mut().expect("pushed above");
+        gather.record(world, n, wrong as f64 / p as f64, hash([framed]))?;
     }
     world.set_ranks_per_node(None)?;
     Ok(outcomes)
@@ -151,21 +227,32 @@ pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
 pub fn print(world: &World, plan: &Plan, outcomes: &[Outcome], mut out: impl Write) -> Result<()> {
     writeln!(
         out,
-        "all-reduce selftest: {} ranks, sizes {:?}, tolerance {:.2e} x sum|x|",
+        "all-reduce selftest: {} ranks, sizes {:?}",
         world.size(),
         plan.sizes,
-        world.size() as f64 * f32::EPSILON as f64
     )?;
     writeln!(
         out,
-        "{:<36} {:>12}  {:<14} result",
-        "algorithm", "max error", "ranks agree"
+        "errors are |got - reference| / sum|x|: reference MPI_Allreduce for f32, the exact sum \
+         for f16 and bf16"
+    )?;
+    writeln!(
+        out,
+        "{:<36} {:<7} {:>10} {:>12}  {:<14} result",
+        "algorithm", "element", "tolerance", "max error", "ranks agree"
     )?;
     for o in outcomes {
+        let tolerance = if o.tolerance == 0.0 {
+            "exact".to_string()
+        } else {
+            format!("{:.2e}", o.tolerance)
+        };
         writeln!(
             out,
-            "{:<36} {:>12.3e}  {:<14} {}",
+            "{:<36} {:<7} {:>10} {:>12.3e}  {:<14} {}",
             o.name,
+            o.element,
+            tolerance,
             o.max_error,
             if o.divergent_sizes.is_empty() {
                 "bit-identical"
@@ -185,16 +272,51 @@ pub fn print(world: &World, plan: &Plan, outcomes: &[Outcome], mut out: impl Wri
     Ok(())
 }
 
-fn hash_floats(v: &[f32]) -> u64 {
+/// Rank `rank`'s vector of size `n`: spread over 2^±12 so that partial sums round, and
+/// summation order shows.
+fn rank_data(seed: u64, rank: usize, n: usize) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(
+        seed ^ (rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n as u64,
+    );
+    (0..n)
+        .map(|_| rng.random_range(-1.0f32..1.0) * (rng.random_range(-12..=12) as f32).exp2())
+        .collect()
+}
+
+/// Rank `rank`'s all-gather payload for size `n`: lengths differ between ranks, and rank
+/// n mod p sends nothing.
+fn payload(seed: u64, rank: usize, n: usize, p: usize) -> Vec<u8> {
+    let len = if rank == n % p {
+        0
+    } else {
+        n / (rank + 1) + rank
+    };
+    (0..len)
+        .map(|i| seed.wrapping_add((31 * rank + 7 * i) as u64) as u8)
+        .collect()
+}
+
+/// The largest |got − want| / scale over `(got, want, scale)` triples; NaN counts as infinite.
+fn max_relative_error(triples: impl Iterator<Item = (f64, f64, f64)>) -> f64 {
+    triples
+        .map(|(got, want, scale)| {
+            let e = (got - want).abs() / scale.max(f64::MIN_POSITIVE);
+            if e.is_nan() { f64::INFINITY } else { e }
+        })
+        .fold(0.0, f64::max)
+}
+
+fn hash<B: AsRef<[u8]>>(parts: impl IntoIterator<Item = B>) -> u64 {
     let mut h = blake3::Hasher::new();
-    for x in v {
-        h.update(&x.to_le_bytes());
+    for part in parts {
+        h.update(part.as_ref());
     }
     u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::chunks::{Bf16, Element, F16};
     use super::*;
 
     #[test]
@@ -207,11 +329,45 @@ mod tests {
             seed: 3,
         };
         let outcomes = run(&mut world, &plan).unwrap();
-        assert_eq!(outcomes.len(), 6);
+        assert_eq!(outcomes.len(), 6 * 3 + 1);
         assert!(
             outcomes.iter().all(|o| o.passed() && o.max_error == 0.0),
             "{outcomes:?}"
         );
+    }
+
+    #[test]
+    fn one_rounded_16_bit_addition_stays_within_the_two_rank_tolerance() {
+        let mut rng = StdRng::seed_from_u64(5);
+        for half in Half::ALL {
+            let add = match half {
+                Half::F16 => F16::add,
+                Half::Bf16 => Bf16::add,
+            };
+            assert_eq!(half_tolerance(half, 1), 0.0);
+            let tolerance = half_tolerance(half, 2);
+            for _ in 0..100_000 {
+                // Exponents from f16's subnormals to near its largest finite value.
+                let mut draw = || {
+                    let x =
+                        rng.random_range(-1.0f32..1.0) * (rng.random_range(-24..=14) as f32).exp2();
+                    half.bits(x)
+                };
+                let (a, b) = (draw(), draw());
+                let (x, y) = (half.value(a) as f64, half.value(b) as f64);
+                let error = (half.value(add(a, b)) as f64 - (x + y)).abs();
+                assert!(
+                    error <= tolerance * (x.abs() + y.abs()),
+                    "{half:?}: {x} + {y}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn payloads_have_rank_dependent_lengths_and_one_is_empty() {
+        let lengths: Vec<usize> = (0..4).map(|r| payload(1, r, 10, 4).len()).collect();
+        assert_eq!(lengths, [10, 6, 0, 5]);
     }
 
     #[test]

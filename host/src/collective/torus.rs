@@ -12,7 +12,7 @@
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 
-use super::chunks::chunk;
+use super::chunks::{Element, chunk};
 use super::ring;
 
 /// The default grid for `p` ranks: X·Y = p, Y the largest divisor of p not above √p.
@@ -66,11 +66,15 @@ impl Grid {
     }
 
     /// In-place all-reduce (sum) over the whole grid. Returns the bytes sent.
-    pub fn all_reduce(&self, buf: &mut [f32], scratch: &mut Vec<f32>) -> u64 {
+    pub fn all_reduce<E: Element>(
+        &self,
+        buf: &mut [E::Stored],
+        scratch: &mut Vec<E::Stored>,
+    ) -> u64 {
         let x = self.shape.0;
-        let mut sent = ring::reduce_scatter(&self.row, buf, scratch);
+        let mut sent = ring::reduce_scatter::<E>(&self.row, buf, scratch);
         let owned = chunk(buf.len(), x, ring::owned_chunk(self.row.rank() as usize, x));
-        sent += ring::all_reduce(&self.column, &mut buf[owned], scratch);
+        sent += ring::all_reduce::<E>(&self.column, &mut buf[owned], scratch);
         sent + ring::all_gather(&self.row, buf)
     }
 }

@@ -4,13 +4,15 @@ use std::time::Instant;
 
 use anyhow::Result;
 use mpi::collective::SystemOperation;
+use mpi::datatype::PartitionMut;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
+use super::chunks::{Bf16, Element, F16, F32, Scratch};
 use super::hierarchical::Nodes;
 use super::torus::{self, Grid};
-use super::{Algorithm, Traffic, baseline, halving_doubling, ring};
+use super::{Algorithm, Half, Traffic, baseline, halving_doubling, ring};
 
 /// Environment variables that mpirun (Open MPI, MPICH/PMI, PMIx) sets in every rank.
 const LAUNCHER_VARS: [&str; 3] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"];
@@ -27,7 +29,7 @@ struct Mpi {
     grid: Option<Grid>,
     nodes: Option<Nodes>,
     comm: SimpleCommunicator,
-    scratch: Vec<f32>,
+    scratch: Scratch,
     rank: usize,
     size: usize,
     _universe: Universe,
@@ -49,7 +51,7 @@ impl World {
                 grid: None,
                 nodes: None,
                 comm,
-                scratch: Vec::new(),
+                scratch: Scratch::default(),
                 rank,
                 size,
                 _universe: universe,
@@ -91,6 +93,31 @@ impl World {
     /// In-place sum across ranks with `algo`; every rank gets identical result bytes. All ranks
     /// must call it with the same algorithm and buffer length.
     pub fn all_reduce_sum(&mut self, algo: Algorithm, buf: &mut [f32]) -> Result<Traffic> {
+        self.all_reduce::<F32>(algo, buf)
+    }
+
+    /// In-place sum of 16-bit floats (`format`'s bits) across ranks with `algo`, sent as 2 bytes
+    /// per element; each addition converts both operands to binary32, adds, and rounds back to
+    /// nearest even. Every rank gets identical result bits, as with [`World::all_reduce_sum`].
+    /// [`Algorithm::Mpi`] is MPI_Allreduce with a user-defined operation (MPI has no 16-bit
+    /// float sum). All ranks must call it with the same algorithm, format and buffer length.
+    pub fn all_reduce_sum_half(
+        &mut self,
+        algo: Algorithm,
+        format: Half,
+        buf: &mut [u16],
+    ) -> Result<Traffic> {
+        match format {
+            Half::F16 => self.all_reduce::<F16>(algo, buf),
+            Half::Bf16 => self.all_reduce::<Bf16>(algo, buf),
+        }
+    }
+
+    fn all_reduce<E: Element>(
+        &mut self,
+        algo: Algorithm,
+        buf: &mut [E::Stored],
+    ) -> Result<Traffic> {
         let start = Instant::now();
         let (torus_shape, ranks_per_node) = (self.torus_shape, self.ranks_per_node);
         let Some(m) = self.mpi.as_deref_mut() else {
@@ -105,12 +132,11 @@ impl World {
                 seconds: start.elapsed().as_secs_f64(),
             });
         }
+        let scratch = E::scratch(&mut m.scratch);
         let bytes_sent = match algo {
-            Algorithm::Mpi => baseline::all_reduce(&m.comm, buf, &mut m.scratch),
-            Algorithm::Ring => ring::all_reduce(&m.comm, buf, &mut m.scratch),
-            Algorithm::HalvingDoubling => {
-                halving_doubling::all_reduce(&m.comm, buf, &mut m.scratch)
-            }
+            Algorithm::Mpi => baseline::all_reduce::<E>(&m.comm, buf, scratch),
+            Algorithm::Ring => ring::all_reduce::<E>(&m.comm, buf, scratch),
+            Algorithm::HalvingDoubling => halving_doubling::all_reduce::<E>(&m.comm, buf, scratch),
             Algorithm::Torus2d => {
                 let shape = torus_shape.unwrap_or_else(|| torus::default_shape(m.size));
                 // Sub-communicators are made on first use: every rank reaches this call together.
@@ -121,7 +147,7 @@ impl World {
                 m.grid
                     .as_ref()
                     .expect("made above")
-                    .all_reduce(buf, &mut m.scratch)
+                    .all_reduce::<E>(buf, scratch)
             }
             Algorithm::Hierarchical => {
                 if m.nodes
@@ -134,7 +160,7 @@ impl World {
                 m.nodes
                     .as_ref()
                     .expect("made above")
-                    .all_reduce(buf, &mut m.scratch)
+                    .all_reduce::<E>(buf, scratch)
             }
         };
         Ok(Traffic {
@@ -151,6 +177,58 @@ impl World {
         let mut all = vec![0u64; m.size];
         m.comm.all_gather_into(&value, &mut all[..]);
         Ok(all)
+    }
+
+    /// Every rank's payload, in rank order; lengths may differ between ranks. `bytes_sent` is
+    /// what a direct all-gather sends from this rank: its 8-byte length and its payload to each
+    /// of the p−1 others (MPI does not say what it really sent).
+    pub fn all_gather_bytes(&self, mine: &[u8]) -> Result<(Vec<Vec<u8>>, Traffic)> {
+        let start = Instant::now();
+        let Some(m) = self.mpi.as_deref() else {
+            let traffic = Traffic {
+                bytes_sent: 0,
+                seconds: start.elapsed().as_secs_f64(),
+            };
+            return Ok((vec![mine.to_vec()], traffic));
+        };
+        let mut lengths = vec![0u64; m.size];
+        m.comm
+            .all_gather_into(&(mine.len() as u64), &mut lengths[..]);
+        // MPI counts and displacements are C ints: refuse, on every rank alike, what overflows.
+        let mut counts = Vec::with_capacity(m.size);
+        let mut displs = Vec::with_capacity(m.size);
+        let mut total: i32 = 0;
+        for &len in &lengths {
+            let count = i32::try_from(len).ok();
+            let end = count.and_then(|c| total.checked_add(c));
+            let (Some(count), Some(end)) = (count, end) else {
+                anyhow::bail!("all-gather of {lengths:?} bytes overflows MPI's int counts");
+            };
+            counts.push(count);
+            displs.push(total);
+            total = end;
+        }
+        let mut all = vec![0u8; total as usize];
+        // Open MPI's MPI_IN_PLACE is the address 1, which is where Rust puts empty byte slices:
+        // an empty buffer would be taken for it (and an empty receive buffer refused), so every
+        // buffer handed to MPI has a real address.
+        let anchor = [0u8; 1];
+        let send = if mine.is_empty() { &anchor[..0] } else { mine };
+        if total > 0 {
+            let mut partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+            m.comm.all_gather_varcount_into(send, &mut partition);
+        }
+        let payloads = counts
+            .iter()
+            .zip(&displs)
+            .map(|(&c, &d)| all[d as usize..(d + c) as usize].to_vec())
+            .collect();
+        let peers = (m.size - 1) as u64;
+        let traffic = Traffic {
+            bytes_sent: peers * (size_of::<u64>() + mine.len()) as u64,
+            seconds: start.elapsed().as_secs_f64(),
+        };
+        Ok((payloads, traffic))
     }
 
     /// Element-wise maximum across ranks, in place (e.g. per-iteration times in benchmarks).
@@ -228,7 +306,19 @@ mod tests {
             assert_eq!(v, [1.5, -2.0, 3.25]);
             assert_eq!(t.bytes_sent, 0);
         }
+        for format in Half::ALL {
+            let mut v = vec![format.bits(1.5), format.bits(-2.0)];
+            let t = w
+                .all_reduce_sum_half(Algorithm::Ring, format, &mut v)
+                .unwrap();
+            assert_eq!(v, [format.bits(1.5), format.bits(-2.0)]);
+            assert_eq!(t.bytes_sent, 0);
+        }
         assert_eq!(w.all_gather_u64(7).unwrap(), [7]);
+        let (all, t) = w.all_gather_bytes(&[4, 5]).unwrap();
+        assert_eq!((all, t.bytes_sent), (vec![vec![4, 5]], 0));
+        let (all, _) = w.all_gather_bytes(&[]).unwrap();
+        assert_eq!(all, [Vec::<u8>::new()]);
         let mut b = vec![1, 2, 3];
         w.broadcast_bytes(&mut b).unwrap();
         assert_eq!(b, [1, 2, 3]);
