@@ -98,8 +98,11 @@ pub struct PolicyArgs {
     /// Label-smoothing plugin.
     #[arg(long, value_name = "PLUGIN")]
     pub label_smoothing: Option<String>,
-    /// A plugin parameter, `schedule.KEY=VALUE`, `batch_size.KEY=VALUE` or
-    /// `label_smoothing.KEY=VALUE`; repeatable.
+    /// Gradient-compression codec plugin (contract 0.2), applied to every gradient bucket.
+    #[arg(long, value_name = "PLUGIN")]
+    pub codec: Option<String>,
+    /// A plugin parameter, `schedule.KEY=VALUE`, `batch_size.KEY=VALUE`,
+    /// `label_smoothing.KEY=VALUE` or `codec.KEY=VALUE`; repeatable.
     #[arg(long = "set", value_name = "KIND.KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -111,8 +114,9 @@ impl PolicyArgs {
             (PolicyKind::Schedule, &self.schedule),
             (PolicyKind::BatchSize, &self.batch_size),
             (PolicyKind::LabelSmoothing, &self.label_smoothing),
+            (PolicyKind::Codec, &self.codec),
         ];
-        let settings = parse_settings(&self.set, &PolicyKind::ALL.map(|k| k.set_prefix()))?;
+        let settings = parse_settings(&self.set, &PolicyKind::EVERY.map(|k| k.set_prefix()))?;
         for (prefix, key, _) in &settings {
             let (kind, path) = given
                 .iter()

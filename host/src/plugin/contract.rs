@@ -18,14 +18,24 @@ pub enum PolicyKind {
     BatchSize,
     /// `epsilon(state) -> f32`.
     LabelSmoothing,
+    /// `encode`/`decode` of gradient buckets (contract 0.2 and later).
+    Codec,
 }
 
 impl PolicyKind {
-    /// Every kind, in the order the host calls them each step.
+    /// The kinds consulted once per step for a value, in the order the host calls them.
     pub const ALL: [PolicyKind; 3] = [
         PolicyKind::BatchSize,
         PolicyKind::Schedule,
         PolicyKind::LabelSmoothing,
+    ];
+
+    /// Every kind: [`PolicyKind::ALL`] and the gradient codec.
+    pub const EVERY: [PolicyKind; 4] = [
+        PolicyKind::BatchSize,
+        PolicyKind::Schedule,
+        PolicyKind::LabelSmoothing,
+        PolicyKind::Codec,
     ];
 
     /// The WIT interface name.
@@ -34,6 +44,7 @@ impl PolicyKind {
             PolicyKind::Schedule => "schedule",
             PolicyKind::BatchSize => "batch-size",
             PolicyKind::LabelSmoothing => "label-smoothing",
+            PolicyKind::Codec => "codec",
         }
     }
 
@@ -43,15 +54,17 @@ impl PolicyKind {
             PolicyKind::Schedule => "schedule-plugin",
             PolicyKind::BatchSize => "batch-size-plugin",
             PolicyKind::LabelSmoothing => "label-smoothing-plugin",
+            PolicyKind::Codec => "codec-plugin",
         }
     }
 
-    /// The WIT function a plugin of this kind exports, called once per step.
+    /// The WIT function a plugin of this kind exports, called once per step (a codec's first).
     pub fn function(self) -> &'static str {
         match self {
             PolicyKind::Schedule => "learning-rate",
             PolicyKind::BatchSize => "global-batch",
             PolicyKind::LabelSmoothing => "epsilon",
+            PolicyKind::Codec => "encode",
         }
     }
 
@@ -61,6 +74,7 @@ impl PolicyKind {
             PolicyKind::Schedule => "schedule",
             PolicyKind::BatchSize => "batch_size",
             PolicyKind::LabelSmoothing => "label_smoothing",
+            PolicyKind::Codec => "codec",
         }
     }
 
@@ -70,11 +84,12 @@ impl PolicyKind {
             PolicyKind::Schedule => "--schedule",
             PolicyKind::BatchSize => "--batch-size",
             PolicyKind::LabelSmoothing => "--label-smoothing",
+            PolicyKind::Codec => "--codec",
         }
     }
 
     fn from_interface(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.interface() == name)
+        Self::EVERY.into_iter().find(|k| k.interface() == name)
     }
 }
 
@@ -114,17 +129,26 @@ impl fmt::Display for Version {
 }
 
 /// The contract versions this host has bindings for, oldest first.
-pub const SUPPORTED: &[Version] = &[Version {
-    major: 0,
-    minor: 1,
-    patch: 0,
-}];
+pub const SUPPORTED: &[Version] = &[
+    Version {
+        major: 0,
+        minor: 1,
+        patch: 0,
+    },
+    Version {
+        major: 0,
+        minor: 2,
+        patch: 0,
+    },
+];
 
 /// The bindings the host uses for a plugin: one variant per released minor version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Binding {
     /// `lsgd:policy@0.1.x`, bound by [`super::v0_1`].
     V0_1,
+    /// `lsgd:policy@0.2.x`, bound by [`super::v0_2`].
+    V0_2,
 }
 
 /// What a component's exports say about it.
@@ -156,7 +180,7 @@ impl Contract {
             };
             return Err(format!(
                 "not an lsgd policy plugin: it exports {shown}, but a plugin exports \
-                 {PACKAGE}/plugin and one of {PACKAGE}/schedule, /batch-size, /label-smoothing"
+                 {PACKAGE}/plugin and one of {PACKAGE}/schedule, /batch-size, /label-smoothing, /codec"
             ));
         }
         let mut versions: Vec<&str> = ours.iter().map(|(_, v)| *v).collect();
@@ -187,7 +211,7 @@ impl Contract {
             }),
             [] => Err(format!(
                 "exports no policy interface: expected one of {PACKAGE}/schedule, \
-                 /batch-size or /label-smoothing @{version}"
+                 /batch-size, /label-smoothing or /codec @{version}"
             )),
             many => Err(format!(
                 "exports several policy interfaces ({}); a plugin targets exactly one world",
@@ -208,6 +232,7 @@ fn binding_for(v: Version) -> Result<Binding, String> {
         .join(", ");
     match (v.major, v.minor) {
         (0, 1) => Ok(Binding::V0_1),
+        (0, 2) => Ok(Binding::V0_2),
         (0, _) if v > *SUPPORTED.last().expect("at least one version") => Err(format!(
             "built against {PACKAGE}@{v}, newer than this host ({supported}); upgrade lsgd-host"
         )),

@@ -20,6 +20,8 @@ pub enum Fault {
     MemoryCap { cap: usize, requested: usize },
     /// The call returned a value the host refuses (NaN learning rate, batch 0 ...).
     BadOutput(String),
+    /// A codec call returned its own error (e.g. a malformed payload).
+    Refused(String),
 }
 
 /// A plugin fault with the context needed to find it: file, call, step.
@@ -74,6 +76,7 @@ impl fmt::Display for Fault {
                 cap >> 20
             ),
             Fault::BadOutput(m) => write!(f, "returned an invalid value: {m}"),
+            Fault::Refused(m) => write!(f, "returned an error: {m}"),
         }
     }
 }

@@ -2,20 +2,23 @@
 //! live sandboxed instance. After any fault the instance is discarded (wasmtime cannot re-enter
 //! an instance that trapped); [`Plugin::reset`] makes a fresh one with the same parameters.
 
+use lsgd_codec::{Meta, Properties};
 use lsgd_policy::{Info, State, Value};
 use wasmtime::component::InstancePre;
 use wasmtime::{Engine, Store, Trap};
 
+use super::binding::{Bound, Indices};
 use super::cache::Origin;
-use super::contract::{Binding, Contract, PolicyKind};
+use super::contract::{Contract, PolicyKind};
 use super::error::{Fault, PluginError};
 use super::params;
 use super::runtime::{TICK, wasm_msg};
 use super::sandbox::{Limits, Sandbox};
-use super::v0_1::{self, Bound, Output};
+use super::v0_1::Output;
 
-/// Setup calls (instantiation, describe, configure) may initialise a language runtime, so they
-/// get this many times the per-call deadline, and at least [`SETUP_MIN_MS`].
+/// Setup calls (instantiation, describe, configure) may initialise a language runtime, and
+/// codec calls process up to ~1M floats, so they get this many times the per-call deadline,
+/// and at least [`SETUP_MIN_MS`].
 const SETUP_DEADLINE_FACTOR: u64 = 100;
 const SETUP_MIN_MS: u64 = 1_000;
 
@@ -39,7 +42,7 @@ pub struct Plugin {
     engine: Engine,
     pre: InstancePre<Sandbox>,
     contract: Contract,
-    indices: v0_1::Indices,
+    indices: Indices,
     facts: Facts,
     limits: Limits,
     info: Info,
@@ -64,10 +67,8 @@ impl Plugin {
         facts: Facts,
         limits: Limits,
     ) -> Result<Self, PluginError> {
-        let indices = match contract.binding {
-            Binding::V0_1 => v0_1::Indices::new(&pre, contract.kind),
-        }
-        .map_err(|e| mismatch(&label, &contract, &e))?;
+        let indices = Indices::new(&pre, contract.binding, contract.kind)
+            .map_err(|e| mismatch(&label, &contract, &e))?;
         let mut plugin = Plugin {
             label,
             engine,
@@ -90,7 +91,7 @@ impl Plugin {
         let info = live
             .bound
             .describe(&mut live.store)
-            .map_err(|e| plugin.fault("describe", &live.store, e))?;
+            .map_err(|e| plugin.fault("describe", &live.store, e, true))?;
         params::check_specs(&info.params)
             .map_err(|m| PluginError::new(plugin.label.clone(), "describe", Fault::Load(m)))?;
         plugin.params = params::resolve(&info.params, &[]).ok();
@@ -165,7 +166,7 @@ impl Plugin {
                     Fault::Configure(msg),
                 ));
             }
-            Err(e) => return Err(self.fault("configure", &live.store, e)),
+            Err(e) => return Err(self.fault("configure", &live.store, e, true)),
         }
         live.configured = true;
         self.live = Some(live);
@@ -175,20 +176,68 @@ impl Plugin {
     /// Calls the policy function of this plugin's kind for `state`. Raw output: range checks
     /// belong to the caller, which knows the limits (see `policy::PolicySet`).
     pub fn call(&mut self, state: &State) -> Result<Output, PluginError> {
+        let name = self.call_name();
+        self.invoke(name, Some(state.step), false, |b, store| {
+            b.call(store, state)
+        })
+    }
+
+    /// Calls a codec's `properties`.
+    pub fn properties(&mut self) -> Result<Properties, PluginError> {
+        self.invoke("properties", None, true, |b, store| b.properties(store))
+    }
+
+    /// Calls a codec's `encode`; its own error becomes [`Fault::Refused`].
+    pub fn encode(
+        &mut self,
+        meta: &Meta,
+        data: &[f32],
+        agreed: &[Vec<u8>],
+    ) -> Result<Vec<u8>, PluginError> {
+        self.invoke("encode", Some(meta.step), true, |b, store| {
+            b.encode(store, meta, data, agreed)
+        })?
+        .map_err(|m| self.refused("encode", meta.step, m))
+    }
+
+    /// Calls a codec's `decode`; its own error becomes [`Fault::Refused`]. The length of the
+    /// result is the caller's to check.
+    pub fn decode(&mut self, meta: &Meta, payloads: &[Vec<u8>]) -> Result<Vec<f32>, PluginError> {
+        self.invoke("decode", Some(meta.step), true, |b, store| {
+            b.decode(store, meta, payloads)
+        })?
+        .map_err(|m| self.refused("decode", meta.step, m))
+    }
+
+    fn refused(&self, call: &'static str, step: u64, msg: String) -> PluginError {
+        PluginError::new(self.label.clone(), call, Fault::Refused(msg)).at_step(step)
+    }
+
+    /// Runs `f` on the live instance (configuring a fresh one first if needed) under the
+    /// per-call deadline, or the long one for codec calls; a fault drops the instance.
+    fn invoke<R>(
+        &mut self,
+        call: &'static str,
+        step: Option<u64>,
+        long: bool,
+        f: impl FnOnce(&Bound, &mut Store<Sandbox>) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginError> {
+        let at = |e: PluginError| match step {
+            Some(s) => e.at_step(s),
+            None => e,
+        };
         if !self.live.as_ref().is_some_and(|l| l.configured) {
-            self.reset().map_err(|e| e.at_step(state.step))?;
+            self.reset().map_err(at)?;
         }
-        let ticks = self.deadline_ticks(false);
+        let ticks = self.deadline_ticks(long);
         let live = self.live.as_mut().expect("reset leaves a live instance");
         live.store.set_epoch_deadline(ticks);
-        match live.bound.call(&mut live.store, state) {
+        match f(&live.bound, &mut live.store) {
             Ok(out) => Ok(out),
             Err(e) => {
                 // The instance is dropped: it may be mid-way through a trap.
                 let live = self.live.take().expect("still live");
-                Err(self
-                    .fault(self.call_name(), &live.store, e)
-                    .at_step(state.step))
+                Err(at(self.fault(call, &live.store, e, long)))
             }
         }
     }
@@ -205,7 +254,7 @@ impl Plugin {
         let instance = self
             .pre
             .instantiate(&mut store)
-            .map_err(|e| self.fault("instantiate", &store, e))?;
+            .map_err(|e| self.fault("instantiate", &store, e, true))?;
         let bound = self
             .indices
             .bind(&mut store, &instance)
@@ -222,17 +271,29 @@ impl Plugin {
         store.set_epoch_deadline(self.deadline_ticks(setup));
     }
 
-    /// The deadline of a setup call or a policy call, in epoch ticks.
-    fn deadline_ticks(&self, setup: bool) -> u64 {
-        let ms = if setup {
+    /// The deadline of a policy call, or of a setup or codec call (`long`), in ms.
+    fn deadline_ms(&self, long: bool) -> u64 {
+        if long {
             (self.limits.deadline_ms * SETUP_DEADLINE_FACTOR).max(SETUP_MIN_MS)
         } else {
             self.limits.deadline_ms
-        };
-        ms.div_ceil(TICK.as_millis() as u64).max(1)
+        }
     }
 
-    fn fault(&self, call: &'static str, store: &Store<Sandbox>, e: wasmtime::Error) -> PluginError {
+    /// The same deadline in epoch ticks.
+    fn deadline_ticks(&self, long: bool) -> u64 {
+        self.deadline_ms(long)
+            .div_ceil(TICK.as_millis() as u64)
+            .max(1)
+    }
+
+    fn fault(
+        &self,
+        call: &'static str,
+        store: &Store<Sandbox>,
+        e: wasmtime::Error,
+        long: bool,
+    ) -> PluginError {
         let fault = if let Some(requested) = store.data().memory_cap_hit() {
             Fault::MemoryCap {
                 cap: self.limits.memory_bytes,
@@ -240,7 +301,7 @@ impl Plugin {
             }
         } else if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
             Fault::Deadline {
-                ms: self.limits.deadline_ms,
+                ms: self.deadline_ms(long),
             }
         } else {
             Fault::Trap(wasm_msg(&e))

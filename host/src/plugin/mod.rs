@@ -2,7 +2,8 @@
 //!
 //! - [`runtime`]: the engine, linker, epoch ticker and cache shared by all plugins;
 //! - [`contract`]: which world and WIT version a component implements;
-//! - [`v0_1`]: host bindings of `lsgd:policy@0.1`;
+//! - [`v0_1`], [`v0_2`]: host bindings of `lsgd:policy@0.1` and `@0.2`, and [`binding`],
+//!   which puts them behind one type;
 //! - [`instance`]: one loaded plugin and its live instance;
 //! - [`locate`]: plugin names to files;
 //! - [`params`]: `--set` values type-checked against `describe()`;
@@ -10,6 +11,7 @@
 //! - [`cache`]: compiled components on disk;
 //! - [`error`]: faults that name the plugin, the call and the step.
 
+pub mod binding;
 pub mod cache;
 pub mod contract;
 pub mod error;
@@ -19,6 +21,7 @@ pub mod params;
 pub mod runtime;
 pub mod sandbox;
 pub mod v0_1;
+pub mod v0_2;
 
 pub use cache::{Cache, Origin};
 pub use contract::{Contract, PolicyKind, Version};

@@ -9,7 +9,7 @@ use wasmtime::{AsContextMut, Result};
 use super::contract::PolicyKind;
 use super::sandbox::Sandbox;
 
-mod bindings {
+pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit/v0.1.0",
         world: "host-view",
@@ -17,7 +17,9 @@ mod bindings {
 }
 
 use bindings::exports::lsgd::policy::{batch_size, label_smoothing, plugin, schedule};
-use bindings::lsgd::policy::types as wit;
+/// The generated `types` interface; 0.2 reuses it (the interface is unchanged), so the
+/// conversions below serve both versions.
+pub use bindings::lsgd::policy::types as wit;
 
 /// Export indices resolved once per component, before any instance exists.
 pub struct Indices {
@@ -52,6 +54,7 @@ impl Indices {
             PolicyKind::LabelSmoothing => {
                 PolicyIndices::LabelSmoothing(label_smoothing::GuestIndices::new(pre)?)
             }
+            PolicyKind::Codec => wasmtime::bail!("contract 0.1 has no codec interface"),
         };
         Ok(Indices {
             plugin: plugin::GuestIndices::new(pre)?,
@@ -136,11 +139,11 @@ impl Bound {
     }
 }
 
-fn train_state(s: &State) -> wit::TrainState {
+pub(super) fn train_state(s: &State) -> wit::TrainState {
     lsgd_policy::copy_train_state!(s => wit::TrainState)
 }
 
-fn param_spec(p: wit::ParamSpec) -> ParamSpec {
+pub(super) fn param_spec(p: wit::ParamSpec) -> ParamSpec {
     ParamSpec {
         name: p.name,
         ty: match p.type_ {
@@ -162,7 +165,7 @@ fn param_spec(p: wit::ParamSpec) -> ParamSpec {
     }
 }
 
-fn param_value(v: &Value) -> wit::ParamValue {
+pub(super) fn param_value(v: &Value) -> wit::ParamValue {
     match v {
         Value::Boolean(b) => wit::ParamValue::Boolean(*b),
         Value::Integer(i) => wit::ParamValue::Integer(*i),

@@ -39,10 +39,14 @@ impl Default for Bounds {
 pub type NativeFn = Box<dyn FnMut(&State) -> f64>;
 
 /// The loaded policies of a run; absent ones fall back to constant behaviour (the base LR
-/// unscaled, the initial batch, no smoothing).
+/// unscaled, the initial batch, no smoothing, uncompressed gradients).
 pub struct PolicySet {
     /// The plugin of each kind, by [`PolicyKind::ALL`] index.
     plugins: [Option<Plugin>; 3],
+    /// The gradient codec, called by the trainer's gradient exchange rather than [`decide`].
+    ///
+    /// [`decide`]: PolicySet::decide
+    codec: Option<Plugin>,
     /// Native twins answering instead of the plugins, by the same index; only `bench train`
     /// sets them, to price the sandbox inside a real training loop.
     native: [Option<NativeFn>; 3],
@@ -62,12 +66,16 @@ impl PolicySet {
     pub fn new(plugins: Vec<Plugin>, bounds: Bounds) -> Result<Self, String> {
         let mut set = PolicySet {
             plugins: [None, None, None],
+            codec: None,
             native: [None, None, None],
             bounds,
         };
         for p in plugins {
             let kind = p.kind();
-            let slot = &mut set.plugins[index(kind)];
+            let slot = match kind {
+                PolicyKind::Codec => &mut set.codec,
+                _ => &mut set.plugins[index(kind)],
+            };
             if let Some(old) = slot {
                 return Err(format!(
                     "two {kind} plugins given: {} and {}",
@@ -82,7 +90,15 @@ impl PolicySet {
 
     /// The plugin of `kind`, if loaded.
     pub fn get(&self, kind: PolicyKind) -> Option<&Plugin> {
-        self.plugins[index(kind)].as_ref()
+        match kind {
+            PolicyKind::Codec => self.codec.as_ref(),
+            _ => self.plugins[index(kind)].as_ref(),
+        }
+    }
+
+    /// The gradient codec, if loaded.
+    pub fn codec_mut(&mut self) -> Option<&mut Plugin> {
+        self.codec.as_mut()
     }
 
     /// Answers `kind` with `twin` instead of its plugin from now on (the plugin stays, for its
