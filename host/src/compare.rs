@@ -1,5 +1,5 @@
 //! `lsgd-host compare`: two plugins of the same kind over the same sequence of states, without
-//! training. The state sequence is the one the run shape alone defines (constant batch), so
+//! training; for codecs, decode(encode(x)) of both over the same gradient buckets. The state sequence is the one the run shape alone defines (constant batch), so
 //! both plugins see identical inputs whatever they return. This is the regression check users
 //! keep in CI: a port of a schedule to another language, or a refactoring, must stay within
 //! tolerance (bit-identical by default).
@@ -138,3 +138,148 @@ impl std::fmt::Display for CompareError {
 }
 
 impl std::error::Error for CompareError {}
+
+/// The first element whose reconstructions differ beyond tolerance.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ElementDifference {
+    /// The bucket (0-based call).
+    pub bucket: u64,
+    /// The element within it.
+    pub index: usize,
+    /// Codec A's reconstruction.
+    pub a: f32,
+    /// Codec B's reconstruction.
+    pub b: f32,
+}
+
+/// What one codec made of the compared buckets.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CodecSide {
+    /// describe() name.
+    pub name: String,
+    /// Payload bytes over every bucket and round.
+    pub payload_bytes: u64,
+    /// Input bytes (binary32) over payload bytes.
+    pub compression_ratio: f64,
+    /// Largest |decode(encode(x)) − x| over every element.
+    pub max_abs_error: f64,
+    /// ‖decode(encode(x)) − x‖₂ / ‖x‖₂ over all buckets.
+    pub rel_l2_error: f64,
+}
+
+/// The outcome of comparing two codecs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CodecReport {
+    /// Buckets compared.
+    pub buckets: u64,
+    /// Floats per bucket.
+    pub floats: u64,
+    /// True when both codecs produced the same payload bytes for every bucket and round.
+    pub payloads_identical: bool,
+    /// Largest |a − b| between the reconstructions.
+    pub max_abs_diff: f64,
+    /// Largest |a − b| / max(|a|, |b|) (0 where both are 0).
+    pub max_rel_diff: f64,
+    /// Elements whose reconstructions differ beyond tolerance.
+    pub differing_elements: u64,
+    /// The first of them.
+    pub first_difference: Option<ElementDifference>,
+    /// Codec A.
+    pub a: CodecSide,
+    /// Codec B.
+    pub b: CodecSide,
+}
+
+impl CodecReport {
+    /// True when no element differed beyond tolerance.
+    pub fn within_tolerance(&self) -> bool {
+        self.first_difference.is_none()
+    }
+}
+
+/// The buckets `compare` feeds two codecs: `buckets` samples of a `rows`×`cols` layer
+/// (weight and bias) at steps 0, 1, … from `seed` (see [`crate::codec::sample_bucket`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CodecInputs {
+    /// Weight rows.
+    pub rows: u32,
+    /// Weight columns (and bias length).
+    pub cols: u32,
+    /// Buckets (steps) to compare.
+    pub buckets: u64,
+    /// Seed of the data and of the codecs' seeds.
+    pub seed: u64,
+}
+
+/// Compares decode(encode(x)) of two codec plugins on the same buckets, element by element.
+pub fn compare_codecs(
+    a: &mut Plugin,
+    b: &mut Plugin,
+    inputs: CodecInputs,
+    tolerance: Tolerance,
+) -> Result<CodecReport, CompareError> {
+    let side = |p: &Plugin| CodecSide {
+        name: p.info().name.clone(),
+        payload_bytes: 0,
+        compression_ratio: 0.0,
+        max_abs_error: 0.0,
+        rel_l2_error: 0.0,
+    };
+    let mut report = CodecReport {
+        buckets: inputs.buckets,
+        floats: u64::from(inputs.rows * inputs.cols + inputs.cols),
+        payloads_identical: true,
+        max_abs_diff: 0.0,
+        max_rel_diff: 0.0,
+        differing_elements: 0,
+        first_difference: None,
+        a: side(a),
+        b: side(b),
+    };
+    let (mut norm2, mut err2) = (0.0f64, [0.0f64; 2]);
+    for step in 0..inputs.buckets {
+        let (meta, data) = crate::codec::sample_bucket(inputs.rows, inputs.cols, step, inputs.seed);
+        let (pa, ra) = crate::codec::round_trip(a, &meta, &data)?;
+        let (pb, rb) = crate::codec::round_trip(b, &meta, &data)?;
+        report.payloads_identical &= pa == pb;
+        report.a.payload_bytes += pa.iter().map(|p| p.len() as u64).sum::<u64>();
+        report.b.payload_bytes += pb.iter().map(|p| p.len() as u64).sum::<u64>();
+        for (i, ((&x, &va), &vb)) in data.iter().zip(&ra).zip(&rb).enumerate() {
+            norm2 += f64::from(x) * f64::from(x);
+            for (k, (v, side)) in [(va, &mut report.a), (vb, &mut report.b)]
+                .into_iter()
+                .enumerate()
+            {
+                let e = f64::from(v) - f64::from(x);
+                err2[k] += e * e;
+                side.max_abs_error = side.max_abs_error.max(e.abs());
+            }
+            let (da, db) = (f64::from(va), f64::from(vb));
+            let abs = (da - db).abs();
+            let scale = da.abs().max(db.abs());
+            report.max_abs_diff = report.max_abs_diff.max(abs);
+            if scale > 0.0 {
+                report.max_rel_diff = report.max_rel_diff.max(abs / scale);
+            }
+            if !tolerance.accepts(da, db) {
+                report.differing_elements += 1;
+                report.first_difference.get_or_insert(ElementDifference {
+                    bucket: step,
+                    index: i,
+                    a: va,
+                    b: vb,
+                });
+            }
+        }
+    }
+    let input_bytes = (report.floats * inputs.buckets * 4) as f64;
+    for (k, side) in [&mut report.a, &mut report.b].into_iter().enumerate() {
+        side.compression_ratio = input_bytes / side.payload_bytes.max(1) as f64;
+        side.rel_l2_error = if norm2 > 0.0 {
+            (err2[k] / norm2).sqrt()
+        } else {
+            0.0
+        };
+    }
+    Ok(report)
+}

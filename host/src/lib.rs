@@ -5,7 +5,9 @@
 //! - [`policy`]: the training clock that produces each step's `train-state`, and the set of
 //!   policies consulted at every step, with output checks;
 //! - [`trace`]: policy outputs over a whole run without training (`lsgd-host trace`);
-//! - [`compare`]: two plugins over the same states (`lsgd-host compare`);
+//! - [`compare`]: two plugins over the same states (`lsgd-host compare`), or two codecs over
+//!   the same buckets;
+//! - [`codec`]: codec plugins outside training: round trips and sample buckets;
 //! - [`plot`]: charts of traces;
 //! - [`data`]: MNIST-format IDX data sets (plain or gzipped) for the trainer's `--data DIR`;
 //! - [`model`]: the networks `run` trains (PyTorch's default initialisation);
@@ -17,6 +19,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod codec;
 pub mod collective;
 pub mod compare;
 pub mod data;

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use lsgd_host::plugin::{Cache, Limits, Plugin, PluginError, PolicyKind, Runtime};
 use lsgd_host::policy::{Clock, RunShape};
+use lsgd_host::train::metrics::{self, Record};
 
 /// The repository root.
 pub fn root() -> PathBuf {
@@ -112,4 +113,80 @@ pub fn stdout(o: &Output) -> String {
 /// A command's standard error as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `mpirun` as root on a small machine: oversubscribed, unbound, one thread per rank.
+pub fn mpirun(apps: &[Vec<String>]) -> std::process::Output {
+    let mut cmd = std::process::Command::new("mpirun");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
+    .env("LSGD_CACHE_DIR", scratch_cache());
+    for (i, app) in apps.iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.args(app);
+    }
+    cmd.output()
+        .expect("mpirun (Open MPI) is installed by scripts/setup.sh")
+}
+
+/// `-np N lsgd-host run` with the small cnn job's flags plus `extra`.
+pub fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "-np",
+        &n.to_string(),
+        env!("CARGO_BIN_EXE_lsgd-host"),
+        "run",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for a in [
+        "--model",
+        "cnn",
+        "--train-subset",
+        "640",
+        "--test-subset",
+        "200",
+        "--epochs",
+        "1",
+        "--global-batch",
+        "64",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--seed",
+        "3",
+        "--schedule",
+        "warmup",
+        "--set",
+        "schedule.warmup_epochs=0.5",
+        "--consistency-every",
+        "2",
+        "--out",
+    ] {
+        v.push(a.to_string());
+    }
+    v.push(out.display().to_string());
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+/// The step records of a run directory's metrics.jsonl.
+pub fn steps(out: &Path) -> Vec<metrics::StepRecord> {
+    metrics::read(&out.join("metrics.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Step(s) => Some(s),
+            Record::Eval(_) => None,
+        })
+        .collect()
 }

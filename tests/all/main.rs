@@ -4,6 +4,7 @@
 
 mod cache;
 mod cli;
+mod codecs;
 mod common;
 mod faults;
 mod formulas;

@@ -43,6 +43,7 @@ fn config(out: PathBuf, arch: Arch, train: usize, epochs: u32, batch: u32) -> Tr
         allreduce: Algorithm::Mpi,
         bucket_mb: 25.0,
         consistency_every: 100,
+        error_feedback: false,
     }
 }
 
@@ -70,17 +71,6 @@ fn checkpoint_meta(out: &Path) -> serde_json::Value {
 
 fn quiet() -> Reporting {
     Reporting { quiet: true }
-}
-
-fn steps(out: &Path) -> Vec<metrics::StepRecord> {
-    metrics::read(&out.join("metrics.jsonl"))
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Step(s) => Some(s),
-            Record::Eval(_) => None,
-        })
-        .collect()
 }
 
 #[test]
@@ -283,70 +273,6 @@ fn cuda_runs_where_there_is_a_gpu_and_is_refused_clearly_where_not() {
             assert!(format!("{e:#}").contains("--device cuda: libtorch sees no CUDA device"));
         }
     }
-}
-
-/// `mpirun` as root on a small machine: oversubscribed, unbound, one thread per rank.
-fn mpirun(apps: &[Vec<String>]) -> std::process::Output {
-    let mut cmd = std::process::Command::new("mpirun");
-    cmd.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-    ])
-    .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
-    .env("LSGD_CACHE_DIR", scratch_cache());
-    for (i, app) in apps.iter().enumerate() {
-        if i > 0 {
-            cmd.arg(":");
-        }
-        cmd.args(app);
-    }
-    cmd.output()
-        .expect("mpirun (Open MPI) is installed by scripts/setup.sh")
-}
-
-/// `-np N lsgd-host run` with the small cnn job's flags plus `extra`.
-fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "-np",
-        &n.to_string(),
-        env!("CARGO_BIN_EXE_lsgd-host"),
-        "run",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for a in [
-        "--model",
-        "cnn",
-        "--train-subset",
-        "640",
-        "--test-subset",
-        "200",
-        "--epochs",
-        "1",
-        "--global-batch",
-        "64",
-        "--threads",
-        "1",
-        "--device",
-        "cpu",
-        "--seed",
-        "3",
-        "--schedule",
-        "warmup",
-        "--set",
-        "schedule.warmup_epochs=0.5",
-        "--consistency-every",
-        "2",
-        "--out",
-    ] {
-        v.push(a.to_string());
-    }
-    v.push(out.display().to_string());
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
 }
 
 #[test]

@@ -5,9 +5,12 @@
 //!   natively, plus size, load and instantiation times;
 //! - [`languages`]: the same warmup schedule in Rust, C, Python, JavaScript and Go;
 //! - [`train`]: `lsgd-host run` against the same job in PyTorch, and the policies' share of a
-//!   training step through the sandbox against native.
+//!   training step through the sandbox against native;
+//! - [`codecs`]: encode+decode GB/s of each codec plugin against the same code compiled
+//!   natively, and the compression each achieves.
 
 pub mod allreduce;
+pub mod codecs;
 pub mod languages;
 pub mod policies;
 pub mod train;

@@ -137,6 +137,7 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
         allreduce: Algorithm::Mpi,
         bucket_mb: 25.0,
         consistency_every: 100,
+        error_feedback: false,
     };
     let bounds = Bounds {
         max_batch: setup.batch,

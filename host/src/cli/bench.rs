@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 
 use super::args::LimitArgs;
 use super::trace::Format;
-use crate::bench::{allreduce, languages, policies, train};
+use crate::bench::{allreduce, codecs, languages, policies, train};
 use crate::model::Arch;
 
 /// Arguments of `bench`.
@@ -60,6 +60,23 @@ enum BenchCommand {
         /// Python with torch importable (default: the project venv's).
         #[arg(long)]
         python: Option<PathBuf>,
+        /// `json` prints the measurements as JSON.
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+    /// Encode+decode GB/s of each codec plugin vs the same code compiled natively, and the
+    /// compression ratio, on 1M- and 16M-float buckets.
+    Codecs {
+        /// Codecs by describe() name (plugin file `codec-NAME`); default: every reference codec.
+        codecs: Vec<String>,
+        /// Floats per bucket: a list such as `1M,16M`, or `4K..64M` (powers of two).
+        #[arg(long, default_value = "1M,16M", value_parser = allreduce::parse_sizes)]
+        sizes: std::vec::Vec<usize>,
+        /// Timed rounds per side (alternated); the median is reported.
+        #[arg(long, default_value_t = 7)]
+        rounds: usize,
         /// `json` prints the measurements as JSON.
         #[arg(long, value_enum)]
         format: Option<Format>,
@@ -158,6 +175,38 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 train::print(&setup, &report, std::io::stdout().lock())?;
+            }
+        }
+        BenchCommand::Codecs {
+            codecs: names,
+            sizes,
+            rounds,
+            format,
+            limits,
+        } => {
+            let names: Vec<String> = if names.is_empty() {
+                codecs::REFERENCE_CODECS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            } else {
+                names
+            };
+            // A 16M-float bucket is 64 MiB in and out of the instance, and takes far longer
+            // than a training bucket: the default limits are for 1M-float buckets.
+            let runtime = crate::plugin::Runtime::new(
+                crate::plugin::Cache::from_env(),
+                crate::plugin::Limits {
+                    memory_bytes: limits.plugin_memory_mb.max(1024) << 20,
+                    deadline_ms: limits.plugin_deadline_ms.max(1000),
+                    ..crate::plugin::Limits::default()
+                },
+            )?;
+            let rows = codecs::run(&runtime, &names, &sizes, rounds)?;
+            if format == Some(Format::Json) {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                codecs::print_table(&rows, std::io::stdout().lock())?;
             }
         }
         BenchCommand::Allreduce {

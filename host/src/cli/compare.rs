@@ -5,7 +5,8 @@ use clap::Args;
 
 use super::args::{LimitArgs, ShapeArgs, parse_settings, settings_for};
 use super::trace::Format;
-use crate::compare::{Report, Tolerance, compare};
+use crate::compare::{CodecInputs, CodecReport, Report, Tolerance, compare, compare_codecs};
+use crate::plugin::PolicyKind;
 
 /// Arguments of `compare`.
 #[derive(Args, Debug)]
@@ -14,8 +15,21 @@ pub struct CompareArgs {
     a: String,
     /// Plugin B, of the same kind.
     b: String,
+    /// The run whose states step policies see (not needed for codecs).
     #[command(flatten)]
-    shape: ShapeArgs,
+    shape: Option<ShapeArgs>,
+    /// Codecs: rows of the sample layer's weight (each bucket is a weight and a bias).
+    #[arg(long, default_value_t = 512)]
+    rows: u32,
+    /// Codecs: columns of the sample weight, and the bias length.
+    #[arg(long, default_value_t = 256)]
+    cols: u32,
+    /// Codecs: buckets to compare (steps 0, 1, ...).
+    #[arg(long, default_value_t = 8)]
+    buckets: u64,
+    /// Codecs: seed of the sample gradients and of the codecs' seeds.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     #[command(flatten)]
     limits: LimitArgs,
     /// A parameter: `a.KEY=VALUE`, `b.KEY=VALUE`, or `both.KEY=VALUE`; repeatable.
@@ -47,10 +61,44 @@ pub fn run(args: CompareArgs) -> Result<bool> {
         rtol: args.rtol,
         atol: args.atol,
     };
+    if a.kind() == PolicyKind::Codec || b.kind() == PolicyKind::Codec {
+        if a.kind() != b.kind() {
+            anyhow::bail!(
+                "cannot compare a {} plugin ({}) with a {} plugin ({})",
+                a.kind(),
+                a.label(),
+                b.kind(),
+                b.label()
+            );
+        }
+        anyhow::ensure!(
+            args.rows > 0 && args.cols > 0 && args.buckets > 0,
+            "--rows, --cols and --buckets must be at least 1"
+        );
+        let inputs = CodecInputs {
+            rows: args.rows,
+            cols: args.cols,
+            buckets: args.buckets,
+            seed: args.seed,
+        };
+        let report = compare_codecs(&mut a, &mut b, inputs, tolerance)?;
+        if args.format == Some(Format::Json) {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print_codecs(&report, a.label(), b.label(), tolerance);
+        }
+        return Ok(report.within_tolerance());
+    }
+    let Some(shape) = &args.shape else {
+        anyhow::bail!(
+            "comparing {} plugins needs the run's shape: --epochs, --steps-per-epoch and --global-batch",
+            a.kind()
+        );
+    };
     let report = compare(
         &mut a,
         &mut b,
-        args.shape.clock()?,
+        shape.clock()?,
         tolerance,
         args.limits.bounds(),
     )?;
@@ -62,21 +110,65 @@ pub fn run(args: CompareArgs) -> Result<bool> {
     Ok(report.within_tolerance())
 }
 
+fn rule(t: Tolerance) -> String {
+    if t.rtol == 0.0 && t.atol == 0.0 {
+        "bit-identical".to_string()
+    } else {
+        format!("rtol {:e}, atol {:e}", t.rtol, t.atol)
+    }
+}
+
+fn print_codecs(r: &CodecReport, a: &str, b: &str, t: Tolerance) {
+    println!("A: {a}\nB: {b}");
+    println!(
+        "compared decode(encode(x)) over {} buckets of {} floats",
+        r.buckets, r.floats
+    );
+    for (tag, s) in [("A", &r.a), ("B", &r.b)] {
+        println!(
+            "{tag} {}: {} payload bytes, compression {:.2}x, max |error| {:e}, relative L2 error {:e}",
+            s.name, s.payload_bytes, s.compression_ratio, s.max_abs_error, s.rel_l2_error
+        );
+    }
+    println!(
+        "payloads: {}",
+        if r.payloads_identical {
+            "identical bytes"
+        } else {
+            "differ"
+        }
+    );
+    println!("max abs diff: {:e}", r.max_abs_diff);
+    println!("max rel diff: {:e}", r.max_rel_diff);
+    match &r.first_difference {
+        None => println!("result: SAME ({})", rule(t)),
+        Some(d) => println!(
+            "result: DIFFERENT ({}): {} elements differ; first in bucket {} at element {}: A = {}, B = {}",
+            rule(t),
+            r.differing_elements,
+            d.bucket,
+            d.index,
+            d.a,
+            d.b
+        ),
+    }
+}
+
 fn print_text(r: &Report, a: &str, b: &str, t: Tolerance) {
     println!("A: {a}\nB: {b}");
     println!("compared {} over {} steps", r.call, r.steps);
     println!("max abs diff: {:e}", r.max_abs_diff);
     println!("max rel diff: {:e}", r.max_rel_diff);
-    let rule = if t.rtol == 0.0 && t.atol == 0.0 {
-        "bit-identical".to_string()
-    } else {
-        format!("rtol {:e}, atol {:e}", t.rtol, t.atol)
-    };
     match &r.first_difference {
-        None => println!("result: SAME ({rule})"),
+        None => println!("result: SAME ({})", rule(t)),
         Some(d) => println!(
-            "result: DIFFERENT ({rule}): {} of {} steps differ; first at step {}: A = {}, B = {}",
-            r.differing_steps, r.steps, d.step, d.a, d.b
+            "result: DIFFERENT ({}): {} of {} steps differ; first at step {}: A = {}, B = {}",
+            rule(t),
+            r.differing_steps,
+            r.steps,
+            d.step,
+            d.a,
+            d.b
         ),
     }
 }

@@ -105,6 +105,10 @@ pub struct RunArgs {
     /// (0: only at the end).
     #[arg(long, default_value_t = 100, value_name = "N")]
     consistency_every: u64,
+    /// With --codec: keep each bucket's compression error (p − decode(encode(p))) and add it
+    /// to the next step's gradient (EF-SGD); saved in checkpoints.
+    #[arg(long)]
+    error_feedback: bool,
     /// Rows × columns of the torus2d all-reduce, e.g. 4x8 (default: near-square).
     #[arg(long, value_name = "XxY", value_parser = parse_shape)]
     torus_shape: Option<(usize, usize)>,
@@ -153,6 +157,7 @@ impl RunArgs {
             allreduce: self.allreduce,
             bucket_mb: self.bucket_mb,
             consistency_every: self.consistency_every,
+            error_feedback: self.error_feedback,
         }
     }
 }

@@ -68,6 +68,9 @@ pub struct TrainConfig {
     pub bucket_mb: f64,
     /// Compare weights and policy outputs across ranks every N steps (0: only at the end).
     pub consistency_every: u64,
+    /// Keep the codec's compression error per bucket and add it to the next step's gradient.
+    #[serde(default)]
+    pub error_feedback: bool,
 }
 
 impl TrainConfig {
@@ -127,6 +130,11 @@ impl TrainConfig {
             saved.reference_batch.to_string(),
         );
         check("--seed", self.seed.to_string(), saved.seed.to_string());
+        check(
+            "--error-feedback",
+            self.error_feedback.to_string(),
+            saved.error_feedback.to_string(),
+        );
         check(
             "--train-subset",
             format!("{:?}", self.train_subset),

@@ -35,6 +35,13 @@ pub struct StepRecord {
     /// Bytes this rank sent in the step's collectives.
     #[serde(default)]
     pub bytes_sent: u64,
+    /// Bytes of this rank's gradient payloads (every bucket and round): what the codec made of
+    /// the gradient, 4 per parameter without one.
+    #[serde(default)]
+    pub payload_bytes: u64,
+    /// Gradient bytes in binary32 / `payload_bytes` (1 without a codec).
+    #[serde(default = "one")]
+    pub compression_ratio: f64,
     /// Seconds asking the policy plugins.
     pub policy_s: f64,
 }
@@ -73,7 +80,11 @@ impl Record {
     }
 }
 
-const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,policy_s";
+const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s";
+
+fn one() -> f64 {
+    1.0
+}
 const EVAL_HEADER: &str = "step,epoch,test_loss,test_acc,elapsed_s";
 
 /// Reads every record of a metrics.jsonl file.
@@ -144,7 +155,7 @@ impl MetricsWriter {
             match record {
                 Record::Step(s) => writeln!(
                     steps,
-                    "{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     s.step,
                     s.epoch,
                     s.lr,
@@ -156,6 +167,8 @@ impl MetricsWriter {
                     s.compute_s,
                     s.communication_s,
                     s.bytes_sent,
+                    s.payload_bytes,
+                    s.compression_ratio,
                     s.policy_s
                 )?,
                 Record::Eval(e) => writeln!(

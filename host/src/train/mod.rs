@@ -13,10 +13,12 @@
 //! - [`eval`]: test loss and accuracy;
 //! - [`metrics`]: metrics.jsonl / CSV;
 //! - [`parallel`]: this rank's shard, gradient buckets, the cross-rank consistency check;
+//! - [`compress`]: the gradient exchange through a codec plugin, with error feedback;
 //! - [`checkpoint`]: atomic save and resume;
 //! - [`progress`]: the progress bar or log lines.
 
 pub mod checkpoint;
+pub mod compress;
 pub mod config;
 pub mod eval;
 pub mod loss;
@@ -39,6 +41,7 @@ use crate::optim::Sgd;
 use crate::plugin::{Plugin, PolicyKind};
 use crate::policy::{Clock, PolicySet, RunShape};
 use checkpoint::{Meta, PluginRecord};
+use compress::{Compressor, Exchanged};
 pub use config::{DeviceChoice, TrainConfig};
 use eval::Evaluation;
 use metrics::{EvalRecord, MetricsWriter, Record, StepRecord};
@@ -137,6 +140,26 @@ pub fn run_in(
     let vs = VarStore::new(device);
     let model = config.model.build(&vs.root(), data.image, data.classes);
     let mut opt = Sgd::new(&vs, config.sgd);
+    let mut compressor = match policies.codec_mut() {
+        Some(codec) => {
+            let shapes: Vec<(String, Vec<i64>)> = opt
+                .weights()
+                .map(|(n, t)| (n.to_string(), t.size()))
+                .collect();
+            let cap = (config.bucket_mb * (1 << 20) as f64 / 4.0) as usize;
+            Some(Compressor::new(
+                codec,
+                &shapes,
+                cap,
+                config.error_feedback,
+                config.seed,
+            )?)
+        }
+        None if config.error_feedback => {
+            bail!("--error-feedback keeps a codec's compression error: it needs --codec")
+        }
+        None => None,
+    };
     let mut clock = Clock::new(RunShape {
         epochs: config.epochs,
         samples_per_epoch: data.train.len as u64,
@@ -160,6 +183,10 @@ pub fn run_in(
             check_resumable(config, &meta, &plugins, data.train.len, path)?;
             restore(&vs, &mut opt, &tensors, meta.last_lr)
                 .with_context(|| format!("cannot restore {}", path.display()))?;
+            if let Some(c) = &mut compressor {
+                c.restore(&tensors, world.rank())
+                    .with_context(|| format!("cannot restore {}", path.display()))?;
+            }
             clock = Clock::resume(
                 *clock.shape(),
                 meta.step,
@@ -190,12 +217,28 @@ pub fn run_in(
         config.epochs,
         clock.step(),
         world.size(),
-        if world.size() > 1 {
-            format!(", {} all-reduce over {} bucket(s)", config.allreduce, buckets.len())
-        } else {
-            String::new()
+        match (&compressor, policies.get(PolicyKind::Codec)) {
+            (Some(c), Some(p)) => format!(
+                ", codec {} ({:?}, {} round(s), {} bucket(s){})",
+                p.info().name,
+                c.properties().combine,
+                c.properties().rounds,
+                c.len(),
+                if config.error_feedback {
+                    ", error feedback"
+                } else {
+                    ""
+                }
+            ),
+            _ if world.size() > 1 => format!(
+                ", {} all-reduce over {} bucket(s)",
+                config.allreduce,
+                buckets.len()
+            ),
+            _ => String::new(),
         }
     ));
+    let params = numels.iter().sum::<usize>() as u64;
 
     let ctx = Ctx {
         config,
@@ -215,11 +258,14 @@ pub fn run_in(
             Err(e) => {
                 metrics.flush()?;
                 // Policies are deterministic, so every rank meets the same fault here.
-                let saved = if root {
-                    ctx.save(&clock, epochs_evaluated, "plugin fault")?
-                } else {
-                    config.out.join(checkpoint::JSON_NAME)
-                };
+                let saved = save(
+                    &ctx,
+                    world,
+                    &compressor,
+                    &clock,
+                    epochs_evaluated,
+                    "plugin fault",
+                )?;
                 progress.finish();
                 return Err(anyhow::Error::new(e).context(format!(
                     "training stopped; state before step {} saved to {} (resume with --resume)",
@@ -255,21 +301,52 @@ pub fn run_in(
             loss_sum += loss.detach().to_kind(Kind::Double) * m as f64;
         }
         let mut t_compute = t1.elapsed().as_secs_f64();
-        let (loss, traffic) = if world.size() > 1 {
-            let weights: Vec<&Tensor> = ctx.opt.weights().map(|(_, t)| t).collect();
-            let mut traffic = buckets.all_reduce(world, config.allreduce, &weights)?;
+        let weights: Vec<&Tensor> = ctx.opt.weights().map(|(_, t)| t).collect();
+        let uncompressed = |traffic| Exchanged {
+            traffic,
+            payload_bytes: 4 * params,
+            floats: params,
+        };
+        let exchanged = match (&mut compressor, policies.codec_mut()) {
+            (Some(c), Some(codec)) => {
+                match c.exchange(world, config.allreduce, codec, &weights, state.step) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        metrics.flush()?;
+                        // Weights and residuals are still those before this step.
+                        let saved = save(
+                            &ctx,
+                            world,
+                            &compressor,
+                            &clock,
+                            epochs_evaluated,
+                            "plugin fault",
+                        )?;
+                        progress.finish();
+                        return Err(anyhow::Error::new(e).context(format!(
+                            "training stopped; state before step {} saved to {} (resume with --resume)",
+                            clock.step(),
+                            saved.display()
+                        )));
+                    }
+                }
+            }
+            _ if world.size() > 1 => {
+                uncompressed(buckets.all_reduce(world, config.allreduce, &weights)?)
+            }
+            _ => uncompressed(Traffic::default()),
+        };
+        drop(weights);
+        let mut traffic = exchanged.traffic;
+        let loss = if world.size() > 1 {
             // Every rank must see the same loss: policies read it as `last-loss`.
             let mut l = [loss_sum.double_value(&[]) as f32];
             let t = world.all_reduce_sum(Algorithm::Mpi, &mut l)?;
             traffic.bytes_sent += t.bytes_sent;
             traffic.seconds += t.seconds;
-            (f64::from(l[0]) / batch as f64, traffic)
+            f64::from(l[0]) / batch as f64
         } else {
-            let none = Traffic {
-                bytes_sent: 0,
-                seconds: 0.0,
-            };
-            (loss_sum.double_value(&[]) / batch as f64, none)
+            loss_sum.double_value(&[]) / batch as f64
         };
         let t2 = Instant::now();
         ctx.opt.step(decision.lr);
@@ -300,6 +377,8 @@ pub fn run_in(
             compute_s: t_compute,
             communication_s: traffic.seconds,
             bytes_sent: traffic.bytes_sent,
+            payload_bytes: exchanged.payload_bytes,
+            compression_ratio: exchanged.compression_ratio(),
             policy_s: t_policy,
         }))?;
         let after = clock.state();
@@ -336,13 +415,19 @@ pub fn run_in(
         if config.consistency_every > 0 && clock.step().is_multiple_of(config.consistency_every) {
             consistency(world, clock.step(), &decision, ctx.opt)?;
         }
-        if root
-            && config.checkpoint_every > 0
+        if config.checkpoint_every > 0
             && clock.step().is_multiple_of(config.checkpoint_every)
             && !clock.finished()
         {
             metrics.flush()?;
-            ctx.save(&clock, epochs_evaluated, "periodic")?;
+            save(
+                &ctx,
+                world,
+                &compressor,
+                &clock,
+                epochs_evaluated,
+                "periodic",
+            )?;
         }
         last_decision = Some(decision);
     }
@@ -358,11 +443,7 @@ pub fn run_in(
         ));
     }
     let reason = if clock.finished() { "final" } else { "stopped" };
-    let checkpoint = if root {
-        ctx.save(&clock, epochs_evaluated, reason)?
-    } else {
-        config.out.join(checkpoint::JSON_NAME)
-    };
+    let checkpoint = save(&ctx, world, &compressor, &clock, epochs_evaluated, reason)?;
     progress.finish();
     let elapsed = started.elapsed().as_secs_f64();
     Ok(Summary {
@@ -388,8 +469,35 @@ struct Ctx<'a> {
     train_len: usize,
 }
 
+/// Saves a checkpoint on rank 0 (every rank takes part: the error-feedback residuals of all
+/// ranks go into it); returns its path.
+fn save(
+    ctx: &Ctx,
+    world: &World,
+    compressor: &Option<Compressor>,
+    clock: &Clock,
+    epochs_evaluated: u32,
+    reason: &str,
+) -> Result<PathBuf> {
+    let residuals = match compressor {
+        Some(c) => c.checkpoint_tensors(world)?,
+        None => Vec::new(),
+    };
+    if world.is_root() {
+        ctx.save(clock, epochs_evaluated, reason, residuals)
+    } else {
+        Ok(ctx.config.out.join(checkpoint::JSON_NAME))
+    }
+}
+
 impl Ctx<'_> {
-    fn save(&self, clock: &Clock, epochs_evaluated: u32, reason: &str) -> Result<PathBuf> {
+    fn save(
+        &self,
+        clock: &Clock,
+        epochs_evaluated: u32,
+        reason: &str,
+        extra: Vec<(String, Tensor)>,
+    ) -> Result<PathBuf> {
         let state = clock.state();
         let mut tensors: Vec<(String, Tensor)> = self
             .vs
@@ -398,6 +506,7 @@ impl Ctx<'_> {
             .map(|(n, t)| (format!("{MODEL}{n}"), t))
             .collect();
         tensors.extend(self.opt.state());
+        tensors.extend(extra);
         let meta = Meta {
             format: checkpoint::FORMAT.into(),
             reason: reason.into(),
@@ -418,7 +527,7 @@ impl Ctx<'_> {
 }
 
 fn plugin_records(policies: &PolicySet) -> Vec<PluginRecord> {
-    PolicyKind::ALL
+    PolicyKind::EVERY
         .iter()
         .filter_map(|k| policies.get(*k))
         .map(|p: &Plugin| PluginRecord {

@@ -1,0 +1,369 @@
+//! Gradient-compression codecs end to end: every reference codec plugin against its native
+//! build and a pinned payload hash, the round-trip error bounds through the sandbox, `compare`
+//! on codecs, training with a codec and error feedback (resume included), codec faults, and
+//! codecs across two MPI ranks.
+
+use lsgd_host::codec::{native_round_trip, round_trip, sample_bucket};
+
+use crate::common::*;
+
+/// blake3 of every round's payload (concatenated) for buckets 0 and 1 of
+/// `sample_bucket(64, 48, step, 7)`, per codec with default parameters. A change here changes
+/// what a codec sends: bump the plugin's version and say so.
+const GOLDEN: [(&str, &str); 13] = [
+    ("identity", ""),
+    ("fp16", ""),
+    ("bf16", ""),
+    ("int8", ""),
+    ("qsgd", ""),
+    ("terngrad", ""),
+    ("top-k", ""),
+    ("random-k", ""),
+    ("threshold", ""),
+    ("sign", ""),
+    ("ef-sign", ""),
+    ("natural", ""),
+    ("powersgd", ""),
+];
+
+#[test]
+fn every_codec_plugin_sends_what_its_native_build_sends_and_the_golden_bytes() {
+    let rt = runtime();
+    let mut wrong = Vec::new();
+    for (name, golden) in GOLDEN {
+        let mut plugin = load(&rt, &format!("codec-{name}"), &[]).unwrap();
+        assert_eq!(plugin.info().name, name);
+        let native = lsgd_codec::native(name, Vec::new()).unwrap().unwrap();
+        let mut h = blake3::Hasher::new();
+        for step in 0..2 {
+            let (meta, data) = sample_bucket(64, 48, step, 7);
+            let (payloads, out) = round_trip(&mut plugin, &meta, &data).unwrap();
+            let (native_payloads, native_out) =
+                native_round_trip(native.as_ref(), &meta, &data).unwrap();
+            assert_eq!(
+                payloads, native_payloads,
+                "{name}: payload differs from native"
+            );
+            assert_eq!(
+                out, native_out,
+                "{name}: reconstruction differs from native"
+            );
+            for p in &payloads {
+                h.update(p);
+            }
+        }
+        let got = h.finalize().to_hex().to_string();
+        if got != golden {
+            wrong.push(format!("(\"{name}\", \"{got}\"),"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "golden payload hashes differ:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// decode(encode(x)) of a plugin on a sample bucket.
+fn through(name: &str, settings: &[(&str, &str)]) -> (Vec<f32>, Vec<f32>, usize) {
+    let mut plugin = load(&runtime(), &format!("codec-{name}"), settings).unwrap();
+    let (meta, data) = sample_bucket(128, 64, 3, 11);
+    let (payloads, out) = round_trip(&mut plugin, &meta, &data).unwrap();
+    (data, out, payloads.iter().map(Vec::len).sum())
+}
+
+#[test]
+fn round_trips_through_the_sandbox_stay_within_each_codecs_bound() {
+    let (x, y, bytes) = through("identity", &[]);
+    assert_eq!(x, y);
+    assert_eq!(bytes, 4 * x.len());
+
+    for (name, rel) in [("fp16", 2f32.powi(-11)), ("bf16", 2f32.powi(-8))] {
+        let (x, y, bytes) = through(name, &[]);
+        assert_eq!(bytes, 2 * x.len(), "{name}");
+        for (a, b) in x.iter().zip(&y) {
+            // Half an ulp, relative, plus half the smallest subnormal step of fp16.
+            assert!(
+                (a - b).abs() <= rel * a.abs() + 2f32.powi(-25),
+                "{name}: {a} -> {b}"
+            );
+        }
+    }
+
+    let (x, y, _) = through("int8", &[]);
+    let max = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(
+        x.iter()
+            .zip(&y)
+            .all(|(a, b)| (a - b).abs() <= max / 254.0 * 1.0001)
+    );
+
+    // top-k keeps exactly the k largest magnitudes, unchanged, and zeroes the rest.
+    let (x, y, bytes) = through("top-k", &[("density", "0.05")]);
+    let k = (0.05 * x.len() as f64).ceil() as usize;
+    let kept: Vec<usize> = (0..x.len()).filter(|&i| y[i] != 0.0).collect();
+    assert_eq!(kept.len(), k);
+    assert!(kept.iter().all(|&i| y[i] == x[i]));
+    let smallest_kept = kept.iter().map(|&i| x[i].abs()).fold(f32::MAX, f32::min);
+    let largest_dropped = (0..x.len())
+        .filter(|i| y[*i] == 0.0)
+        .map(|i| x[i].abs())
+        .fold(0f32, f32::max);
+    assert!(smallest_kept >= largest_dropped);
+    assert_eq!(bytes, 4 + 8 * k);
+
+    let (x, y, _) = through("threshold", &[("threshold", "0.004")]);
+    assert!(
+        x.iter()
+            .zip(&y)
+            .all(|(a, b)| if a.abs() >= 0.004 { a == b } else { *b == 0.0 })
+    );
+
+    let (x, y, bytes) = through("random-k", &[("density", "0.1")]);
+    let k = (0.1 * x.len() as f64).ceil() as usize;
+    assert_eq!(bytes, 4 * k, "shared-seed random-k sends values only");
+    assert!(x.iter().zip(&y).all(|(a, b)| *b == 0.0 || a == b));
+
+    let (_, y, _) = through("sign", &[("scale", "0.5")]);
+    assert!(y.iter().all(|v| v.abs() == 0.5));
+
+    // PowerSGD: the bias (last 64 floats) travels uncompressed; the weight is approximated.
+    let (x, y, _) = through("powersgd", &[("rank", "4")]);
+    assert_eq!(x[128 * 64..], y[128 * 64..]);
+    let err: f32 = x.iter().zip(&y).map(|(a, b)| (a - b) * (a - b)).sum();
+    let norm: f32 = x.iter().map(|a| a * a).sum();
+    assert!(
+        err < norm,
+        "rank-4 approximation error {err} vs norm {norm}"
+    );
+}
+
+#[test]
+fn compare_tells_codecs_apart_and_refuses_mixed_kinds() {
+    let same = lsgd(&["compare", "codec-fp16", "codec-fp16", "--buckets", "3"]);
+    assert!(same.status.success(), "{}", stderr(&same));
+    let out = stdout(&same);
+    assert!(out.contains("result: SAME (bit-identical)"), "{out}");
+    assert!(out.contains("payloads: identical bytes"), "{out}");
+    assert!(out.contains("compression 2.00x"), "{out}");
+
+    let differ = lsgd(&["compare", "codec-fp16", "codec-bf16"]);
+    assert_eq!(differ.status.code(), Some(1), "{}", stderr(&differ));
+    assert!(
+        stdout(&differ).contains("result: DIFFERENT"),
+        "{}",
+        stdout(&differ)
+    );
+    // bf16 keeps 8 significant bits: within 1% of fp16's reconstruction everywhere.
+    let close = lsgd(&["compare", "codec-fp16", "codec-bf16", "--rtol", "0.01"]);
+    assert!(close.status.success(), "{}", stdout(&close));
+
+    let json = lsgd(&[
+        "compare",
+        "codec-top-k",
+        "codec-top-k",
+        "--set",
+        "b.density=0.1",
+        "--format",
+        "json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["payloads_identical"], false);
+    assert!(
+        report["a"]["rel_l2_error"].as_f64().unwrap()
+            > report["b"]["rel_l2_error"].as_f64().unwrap()
+    );
+
+    let mixed = lsgd(&["compare", "codec-fp16", "warmup"]);
+    assert!(!mixed.status.success());
+    assert!(
+        stderr(&mixed).contains("cannot compare a codec plugin"),
+        "{}",
+        stderr(&mixed)
+    );
+}
+
+/// A small single-process CPU run with `extra` flags.
+fn run(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "run",
+        "--model",
+        "cnn",
+        "--train-subset",
+        "1024",
+        "--test-subset",
+        "200",
+        "--epochs",
+        "1",
+        "--global-batch",
+        "128",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--seed",
+        "5",
+        "-q",
+        "--out",
+    ];
+    let out = out.to_str().unwrap();
+    args.push(out);
+    args.extend_from_slice(extra);
+    lsgd(&args)
+}
+
+fn losses(out: &std::path::Path) -> Vec<u64> {
+    steps(out).iter().map(|s| s.loss.to_bits()).collect()
+}
+
+#[test]
+fn the_identity_codec_trains_bit_for_bit_like_no_codec() {
+    let (plain, id) = (scratch("codec-plain"), scratch("codec-identity"));
+    assert!(run(&plain, &[]).status.success());
+    let o = run(&id, &["--codec", "codec-identity", "--error-feedback"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(losses(&plain), losses(&id));
+    let st = steps(&id);
+    assert!(
+        st.iter()
+            .all(|s| s.compression_ratio == 1.0 && s.payload_bytes == 4 * 421_738)
+    );
+}
+
+#[test]
+fn error_feedback_residuals_survive_a_checkpoint_and_resume() {
+    let (straight, split) = (scratch("codec-ef-straight"), scratch("codec-ef-split"));
+    let codec = [
+        "--codec",
+        "codec-top-k",
+        "--set",
+        "codec.density=0.01",
+        "--error-feedback",
+    ];
+    let o = run(&straight, &codec);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let st = steps(&straight);
+    assert!(st.iter().all(|s| s.compression_ratio > 40.0), "{:?}", st[0]);
+    let o = run(&split, &[&codec[..], &["--stop-after-steps", "3"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(split.join("checkpoint.json")).unwrap()).unwrap();
+    assert!(meta["plugins"].to_string().contains("top-k"), "{meta}");
+    let resumed = [&codec[..], &["--resume", split.to_str().unwrap()]].concat();
+    let o = run(&split, &resumed);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(losses(&straight), losses(&split));
+    // Without the flag the resume is refused: the residuals would be dropped silently.
+    let o = run(
+        &split,
+        &[&codec[..4], &["--resume", split.to_str().unwrap()]].concat(),
+    );
+    assert!(stderr(&o).contains("--error-feedback"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_codec_fault_names_the_codec_and_step_and_saves_a_checkpoint_first() {
+    for (mode, says) in [
+        (
+            "refuse",
+            "decode at step 2: returned an error: malformed payload",
+        ),
+        (
+            "short",
+            "decode at step 2: returned an invalid value: 421737 floats for bucket 0",
+        ),
+        ("trap", "encode at step 2: trapped"),
+    ] {
+        let out = scratch(&format!("codec-fault-{mode}"));
+        let o = run(
+            &out,
+            &[
+                "--codec",
+                "bad-codec",
+                "--set",
+                &format!("codec.mode={mode}"),
+                "--set",
+                "codec.from_step=2",
+            ],
+        );
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert!(
+            err.contains("bad-codec.wasm") && err.contains(says),
+            "{mode}: {err}"
+        );
+        assert!(err.contains("state before step 2 saved to"), "{err}");
+        assert_eq!(steps(&out).len(), 2);
+    }
+    let o = run(
+        &scratch("codec-rounds"),
+        &["--codec", "bad-codec", "--set", "codec.mode=rounds"],
+    );
+    assert!(
+        stderr(&o).contains("only summable codecs can run several rounds"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&scratch("codec-ef-alone"), &["--error-feedback"]);
+    assert!(stderr(&o).contains("it needs --codec"), "{}", stderr(&o));
+}
+
+#[test]
+fn codecs_keep_two_ranks_bit_identical_whatever_they_combine_by() {
+    for (codec, sets) in [
+        ("codec-fp16", vec![]),
+        ("codec-random-k", vec!["codec.density=0.1"]),
+        ("codec-powersgd", vec!["codec.rank=2"]),
+        ("codec-top-k", vec!["codec.density=0.01"]),
+    ] {
+        let out = scratch(&format!("codec-mpi-{codec}"));
+        let mut extra = vec![
+            "--codec",
+            codec,
+            "--error-feedback",
+            "--stop-after-steps",
+            "4",
+        ];
+        for s in &sets {
+            extra.extend(["--set", s]);
+        }
+        let o = mpirun(&[ranks(2, &out, &extra)]);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{codec}: {}\n{err}", stdout(&o));
+        assert!(
+            err.contains("bit-identical on all 2 ranks at step 4"),
+            "{codec}: {err}"
+        );
+        let st = steps(&out);
+        assert!(
+            st.iter()
+                .all(|s| s.compression_ratio > 1.5 && s.bytes_sent > 0),
+            "{codec}: {:?}",
+            st[0]
+        );
+    }
+}
+
+#[test]
+fn a_summable_payload_of_different_lengths_on_two_ranks_stops_both() {
+    let out = scratch("codec-mpi-uneven");
+    let o = mpirun(&[ranks(
+        2,
+        &out,
+        &[
+            "--codec",
+            "bad-codec",
+            "--set",
+            "codec.mode=uneven",
+            "--set",
+            "codec.from_step=1",
+        ],
+    )]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("must have the same length on every rank"),
+        "{err}"
+    );
+    assert!(err.contains("state before step 1 saved"), "{err}");
+}
