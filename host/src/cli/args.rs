@@ -11,38 +11,62 @@ use crate::policy::{Bounds, Clock, PolicySet, RunShape};
 pub struct ShapeArgs {
     /// Epochs to run.
     #[arg(long)]
-    pub epochs: u32,
+    pub epochs: Option<u32>,
     /// Optimiser steps per epoch at --global-batch (the data set is steps × batch samples).
     #[arg(long)]
-    pub steps_per_epoch: u64,
+    pub steps_per_epoch: Option<u64>,
     /// Global batch at step 0.
     #[arg(long)]
-    pub global_batch: u32,
-    /// Data-parallel workers k.
-    #[arg(long, default_value_t = 1)]
-    pub world_size: u32,
-    /// Learning rate at --reference-batch (Goyal: 0.1 per 256).
-    #[arg(long, default_value_t = 0.1)]
-    pub base_lr: f64,
-    /// Batch size --base-lr applies to.
-    #[arg(long, default_value_t = 256)]
-    pub reference_batch: u32,
+    pub global_batch: Option<u32>,
+    /// Data-parallel workers k [default: 1].
+    #[arg(long)]
+    pub world_size: Option<u32>,
+    /// Learning rate at --reference-batch (Goyal: 0.1 per 256) [default: 0.1].
+    #[arg(long)]
+    pub base_lr: Option<f64>,
+    /// Batch size --base-lr applies to [default: 256].
+    #[arg(long)]
+    pub reference_batch: Option<u32>,
 }
 
+// No field is required or defaulted by clap, so that `compare`, which needs a shape only for
+// step policies, can tell whether one was given; `clock` asks for the missing ones.
 impl ShapeArgs {
+    /// Whether any shape flag was given.
+    pub fn given(&self) -> bool {
+        self.epochs.is_some()
+            || self.steps_per_epoch.is_some()
+            || self.global_batch.is_some()
+            || self.world_size.is_some()
+            || self.base_lr.is_some()
+            || self.reference_batch.is_some()
+    }
+
+    /// Data-parallel workers.
+    pub fn world_size(&self) -> u32 {
+        self.world_size.unwrap_or(1)
+    }
+
     /// A clock at step 0 for this shape.
     pub fn clock(&self) -> Result<Clock> {
-        let samples = self
-            .steps_per_epoch
-            .checked_mul(u64::from(self.global_batch))
+        let (Some(epochs), Some(steps), Some(batch)) =
+            (self.epochs, self.steps_per_epoch, self.global_batch)
+        else {
+            bail!(
+                "the run's shape is needed: --epochs, --steps-per-epoch and --global-batch \
+                 (--world-size, --base-lr and --reference-batch are optional)"
+            );
+        };
+        let samples = steps
+            .checked_mul(u64::from(batch))
             .context("--steps-per-epoch × --global-batch overflows")?;
         Clock::new(RunShape {
-            epochs: self.epochs,
+            epochs,
             samples_per_epoch: samples,
-            initial_batch: self.global_batch,
-            world_size: self.world_size,
-            base_lr: self.base_lr,
-            reference_batch: self.reference_batch,
+            initial_batch: batch,
+            world_size: self.world_size(),
+            base_lr: self.base_lr.unwrap_or(0.1),
+            reference_batch: self.reference_batch.unwrap_or(256),
         })
         .map_err(anyhow::Error::msg)
     }

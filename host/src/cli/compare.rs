@@ -17,7 +17,7 @@ pub struct CompareArgs {
     b: String,
     /// The run whose states step policies see (not needed for codecs).
     #[command(flatten)]
-    shape: Option<ShapeArgs>,
+    shape: ShapeArgs,
     /// Codecs: rows of the sample layer's weight (each bucket is a weight and a bias).
     #[arg(long, default_value_t = 512)]
     rows: u32,
@@ -89,16 +89,16 @@ pub fn run(args: CompareArgs) -> Result<bool> {
         }
         return Ok(report.within_tolerance());
     }
-    let Some(shape) = &args.shape else {
+    if !args.shape.given() {
         anyhow::bail!(
             "comparing {} plugins needs the run's shape: --epochs, --steps-per-epoch and --global-batch",
             a.kind()
         );
-    };
+    }
     let report = compare(
         &mut a,
         &mut b,
-        shape.clock()?,
+        args.shape.clock()?,
         tolerance,
         args.limits.bounds(),
     )?;

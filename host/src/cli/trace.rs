@@ -65,9 +65,9 @@ pub fn run(args: TraceArgs) -> Result<()> {
             } else {
                 names.join(" + ")
             },
-            args.shape.epochs,
-            args.shape.global_batch,
-            args.shape.world_size
+            args.shape.epochs.unwrap_or_default(),
+            args.shape.global_batch.unwrap_or_default(),
+            args.shape.world_size()
         );
         plot::draw(&plot::trace_panels(&rows), &title, "epoch", path)?;
         eprintln!("plotted {} steps to {}", rows.len(), path.display());
