@@ -63,6 +63,9 @@ pub fn run(
     sizes: &[usize],
     rounds: usize,
 ) -> Result<Vec<Measurement>> {
+    // The allocator settings of `run`: without them every 4 MiB vector is a fresh mmap, and
+    // page faults, not codecs, would dominate both sides.
+    crate::train::tune_malloc();
     let mut out = Vec::new();
     for name in codecs {
         let file = format!("codec-{name}");

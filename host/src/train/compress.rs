@@ -20,6 +20,7 @@
 
 use anyhow::{Context, Result, bail};
 use lsgd_codec::rng::mix;
+use lsgd_codec::wire::{f32s_from_le, put_f32s};
 use lsgd_codec::{Combine, Element, Meta, Properties, TensorSlice};
 use tch::{Device, Kind, Tensor};
 
@@ -432,13 +433,11 @@ impl Compressor {
         };
         let mut out = Vec::new();
         for (b, r) in residuals.iter().enumerate() {
-            let bytes: Vec<u8> = r.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let mut bytes = Vec::new();
+            put_f32s(&mut bytes, r);
             let (all, _) = world.all_gather_bytes(&bytes)?;
             for (rank, bytes) in all.iter().enumerate() {
-                let floats: Vec<f32> = bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect();
+                let floats = f32s_from_le(bytes);
                 out.push((
                     format!("{RESIDUAL_PREFIX}rank{rank}.bucket{b}"),
                     Tensor::from_slice(&floats),
@@ -506,12 +505,11 @@ fn all_reduce_payload(
 ) -> Result<(Vec<u8>, Traffic)> {
     Ok(match element {
         Element::F32 => {
-            let mut v: Vec<f32> = payload
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
+            let mut v = f32s_from_le(payload);
             let t = world.all_reduce_sum(algo, &mut v)?;
-            (v.iter().flat_map(|x| x.to_le_bytes()).collect(), t)
+            let mut out = Vec::new();
+            put_f32s(&mut out, &v);
+            (out, t)
         }
         Element::F16 | Element::Bf16 => {
             let mut v: Vec<u16> = payload

@@ -97,7 +97,7 @@ pub fn device(choice: DeviceChoice) -> Result<Device> {
 /// every step, and with the defaults each one is a fresh mmap/munmap pair plus page faults;
 /// raised thresholds keep them in the heap for reuse, as PyTorch's allocator does for Python
 /// (`bench train` compares the two).
-fn tune_malloc() {
+pub fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator thresholds; it is safe to call at any time.
     unsafe {

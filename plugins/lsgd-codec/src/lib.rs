@@ -232,7 +232,10 @@ pub const NAMES: [&str; 13] = [
 
 /// The reference codec named `name` (its `describe()` name), configured with `given` over its
 /// defaults; `None` for an unknown name.
-pub fn native(name: &str, given: Vec<(String, Value)>) -> Option<Result<Box<dyn DynCodec>, String>> {
+pub fn native(
+    name: &str,
+    given: Vec<(String, Value)>,
+) -> Option<Result<Box<dyn DynCodec>, String>> {
     Some(match name {
         "identity" => build::<identity::Identity>(given),
         "fp16" => build::<fp16::Fp16>(given),

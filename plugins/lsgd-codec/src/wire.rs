@@ -2,9 +2,16 @@
 //! malformed, and the 16-bit float conversions (round to nearest, ties to even) that fp16,
 //! bf16 and the host's 16-bit all-reduce share.
 
-/// Appends `xs` as little-endian binary32.
+/// Appends `xs` as little-endian binary32: one copy on a little-endian target (wasm32 and
+/// x86-64), which matters for the summable codecs that ship whole buckets.
 pub fn put_f32s(out: &mut Vec<u8>, xs: &[f32]) {
-    out.reserve(xs.len() * 4);
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: f32 has no padding and every byte is a valid u8; the length is in bytes.
+        let bytes = unsafe { core::slice::from_raw_parts(xs.as_ptr().cast::<u8>(), xs.len() * 4) };
+        out.extend_from_slice(bytes);
+    }
+    #[cfg(not(target_endian = "little"))]
     for x in xs {
         out.extend_from_slice(&x.to_le_bytes());
     }
@@ -12,10 +19,37 @@ pub fn put_f32s(out: &mut Vec<u8>, xs: &[f32]) {
 
 /// Appends `xs` as little-endian u32.
 pub fn put_u32s(out: &mut Vec<u8>, xs: &[u32]) {
-    out.reserve(xs.len() * 4);
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: as in `put_f32s`.
+        let bytes = unsafe { core::slice::from_raw_parts(xs.as_ptr().cast::<u8>(), xs.len() * 4) };
+        out.extend_from_slice(bytes);
+    }
+    #[cfg(not(target_endian = "little"))]
     for x in xs {
         out.extend_from_slice(&x.to_le_bytes());
     }
+}
+
+/// Little-endian binary32 bytes (a multiple of 4) as floats, in one copy on a little-endian
+/// target.
+pub fn f32s_from_le(b: &[u8]) -> Vec<f32> {
+    let n = b.len() / 4;
+    let mut out: Vec<f32> = Vec::with_capacity(n);
+    #[cfg(target_endian = "little")]
+    // SAFETY: `out` has capacity for n floats, the source holds 4·n bytes, the regions are
+    // distinct allocations, and every bit pattern is a valid f32; the length is set after the
+    // copy initialised all n elements.
+    unsafe {
+        core::ptr::copy_nonoverlapping(b.as_ptr(), out.as_mut_ptr().cast::<u8>(), n * 4);
+        out.set_len(n);
+    }
+    #[cfg(not(target_endian = "little"))]
+    out.extend(
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+    out
 }
 
 /// Reads a payload front to back; every read checks the length first.
@@ -62,9 +96,7 @@ impl<'a> Reader<'a> {
     /// `n` little-endian binary32 values.
     pub fn f32s(&mut self, n: usize, what: &str) -> Result<Vec<f32>, String> {
         let b = self.take(n.checked_mul(4).ok_or("length overflow")?, what)?;
-        Ok(b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        Ok(f32s_from_le(b))
     }
 
     /// `n` little-endian u32 values.
@@ -191,7 +223,10 @@ mod tests {
         assert_eq!(f16_value(f16_bits(65520.0)), f32::INFINITY);
         assert_eq!(f16_value(f16_bits(65504.0)), 65504.0);
         assert_eq!(f16_value(f16_bits(2.0f32.powi(-25))), 0.0); // tie to zero
-        assert_eq!(f16_value(f16_bits(3.0 * 2.0f32.powi(-26))), 2.0f32.powi(-24));
+        assert_eq!(
+            f16_value(f16_bits(3.0 * 2.0f32.powi(-26))),
+            2.0f32.powi(-24)
+        );
     }
 
     #[test]
@@ -203,8 +238,29 @@ mod tests {
             }
         }
         assert_eq!(bf16_value(bf16_bits(1.0 + 2.0f32.powi(-8))), 1.0);
-        assert_eq!(bf16_value(bf16_bits(1.0 + 3.0 * 2.0f32.powi(-8))), 1.0 + 2.0f32.powi(-6));
+        assert_eq!(
+            bf16_value(bf16_bits(1.0 + 3.0 * 2.0f32.powi(-8))),
+            1.0 + 2.0f32.powi(-6)
+        );
         assert!(bf16_value(bf16_bits(f32::NAN)).is_nan());
+    }
+
+    #[test]
+    fn floats_and_words_round_trip_through_little_endian_bytes() {
+        let xs = [1.5f32, -0.0, f32::MIN_POSITIVE, 3.0e38, -7.25];
+        let mut b = Vec::new();
+        put_f32s(&mut b, &xs);
+        assert_eq!(&b[..4], &1.5f32.to_le_bytes());
+        assert_eq!(b.len(), 20);
+        let back = f32s_from_le(&b);
+        assert!(
+            back.iter()
+                .zip(&xs)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
+        let mut w = Vec::new();
+        put_u32s(&mut w, &[1, 0x0102_0304]);
+        assert_eq!(w, [1, 0, 0, 0, 4, 3, 2, 1]);
     }
 
     #[test]
