@@ -16,7 +16,7 @@ bash scripts/build-plugins.sh
 bash scripts/build-guests.sh  # C, Python, JavaScript, Go plugins (toolchains, clippy'd build tool)
 
 step "clippy: host (native) and guests (wasm32-wasip2)"
-cargo clippy --locked -p lsgd-host -p lsgd-policy --all-targets -- -D warnings
+cargo clippy --locked -p lsgd-host -p lsgd-policy -p lsgd-codec --all-targets -- -D warnings
 mapfile -t guests < <(bash scripts/build-plugins.sh --list)
 cargo clippy --locked --profile plugin --target wasm32-wasip2 "${guests[@]/#/-p=}" -- -D warnings
 
@@ -33,5 +33,5 @@ step "tests"
 # Doc examples are guest code (`ignore` blocks), so only library, binary and integration tests run.
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-cargo test --locked -p lsgd-host -p lsgd-policy --lib --bins --tests 2>&1 | tee "$log"
+cargo test --locked -p lsgd-host -p lsgd-policy -p lsgd-codec --lib --bins --tests 2>&1 | tee "$log"
 awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntests: %d passed, %d failed\n", p, f; exit (p == 0 || f > 0) }' "$log"

@@ -103,13 +103,7 @@ impl Output {
 impl Bound {
     /// Calls `describe`.
     pub fn describe(&self, store: impl AsContextMut<Data = Sandbox>) -> Result<Info> {
-        let info = self.plugin.call_describe(store)?;
-        Ok(Info {
-            name: info.name,
-            version: info.version,
-            summary: info.summary,
-            params: info.params.into_iter().map(param_spec).collect(),
-        })
+        Ok(info(self.plugin.call_describe(store)?))
     }
 
     /// Calls `configure`; the inner error is the plugin's own message.
@@ -118,14 +112,7 @@ impl Bound {
         store: impl AsContextMut<Data = Sandbox>,
         params: &[(String, Value)],
     ) -> Result<std::result::Result<(), String>> {
-        let params: Vec<wit::Param> = params
-            .iter()
-            .map(|(name, value)| wit::Param {
-                name: name.clone(),
-                value: param_value(value),
-            })
-            .collect();
-        self.plugin.call_configure(store, &params)
+        self.plugin.call_configure(store, &wit_params(params))
     }
 
     /// Calls the policy function of this plugin's kind.
@@ -139,11 +126,32 @@ impl Bound {
     }
 }
 
+/// `describe()`'s record as the host's type.
+pub(super) fn info(info: wit::PluginInfo) -> Info {
+    Info {
+        name: info.name,
+        version: info.version,
+        summary: info.summary,
+        params: info.params.into_iter().map(param_spec).collect(),
+    }
+}
+
+/// Resolved parameters as `configure()`'s argument.
+pub(super) fn wit_params(params: &[(String, Value)]) -> Vec<wit::Param> {
+    params
+        .iter()
+        .map(|(name, value)| wit::Param {
+            name: name.clone(),
+            value: param_value(value),
+        })
+        .collect()
+}
+
 pub(super) fn train_state(s: &State) -> wit::TrainState {
     lsgd_policy::copy_train_state!(s => wit::TrainState)
 }
 
-pub(super) fn param_spec(p: wit::ParamSpec) -> ParamSpec {
+fn param_spec(p: wit::ParamSpec) -> ParamSpec {
     ParamSpec {
         name: p.name,
         ty: match p.type_ {
@@ -165,7 +173,7 @@ pub(super) fn param_spec(p: wit::ParamSpec) -> ParamSpec {
     }
 }
 
-pub(super) fn param_value(v: &Value) -> wit::ParamValue {
+fn param_value(v: &Value) -> wit::ParamValue {
     match v {
         Value::Boolean(b) => wit::ParamValue::Boolean(*b),
         Value::Integer(i) => wit::ParamValue::Integer(*i),

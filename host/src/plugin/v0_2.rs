@@ -10,7 +10,7 @@ use wasmtime::{AsContextMut, Result};
 
 use super::contract::PolicyKind;
 use super::sandbox::Sandbox;
-use super::v0_1::{Output, param_spec, param_value, train_state, wit};
+use super::v0_1::{Output, info, train_state, wit_params};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -85,13 +85,7 @@ impl Indices {
 impl Bound {
     /// Calls `describe`.
     pub fn describe(&self, store: impl AsContextMut<Data = Sandbox>) -> Result<Info> {
-        let info = self.plugin.call_describe(store)?;
-        Ok(Info {
-            name: info.name,
-            version: info.version,
-            summary: info.summary,
-            params: info.params.into_iter().map(param_spec).collect(),
-        })
+        Ok(info(self.plugin.call_describe(store)?))
     }
 
     /// Calls `configure`; the inner error is the plugin's own message.
@@ -100,14 +94,7 @@ impl Bound {
         store: impl AsContextMut<Data = Sandbox>,
         params: &[(String, Value)],
     ) -> Result<std::result::Result<(), String>> {
-        let params: Vec<wit::Param> = params
-            .iter()
-            .map(|(name, value)| wit::Param {
-                name: name.clone(),
-                value: param_value(value),
-            })
-            .collect();
-        self.plugin.call_configure(store, &params)
+        self.plugin.call_configure(store, &wit_params(params))
     }
 
     /// Calls the per-step function of a schedule, batch-size or label-smoothing plugin.

@@ -256,22 +256,16 @@ pub fn run_in(
         let decision = match policies.decide(&clock) {
             Ok(d) => d,
             Err(e) => {
-                metrics.flush()?;
                 // Policies are deterministic, so every rank meets the same fault here.
-                let saved = save(
-                    &ctx,
+                let at = (&ctx, &clock, epochs_evaluated);
+                return Err(stop(
+                    e,
+                    at,
                     world,
                     &compressor,
-                    &clock,
-                    epochs_evaluated,
-                    "plugin fault",
-                )?;
-                progress.finish();
-                return Err(anyhow::Error::new(e).context(format!(
-                    "training stopped; state before step {} saved to {} (resume with --resume)",
-                    clock.step(),
-                    saved.display()
-                )));
+                    &mut metrics,
+                    &mut progress,
+                )?);
             }
         };
         let t_policy = t0.elapsed().as_secs_f64();
@@ -312,22 +306,17 @@ pub fn run_in(
                 match c.exchange(world, config.allreduce, codec, &weights, state.step) {
                     Ok(x) => x,
                     Err(e) => {
-                        metrics.flush()?;
-                        // Weights and residuals are still those before this step.
-                        let saved = save(
-                            &ctx,
+                        // Every rank gets here (the exchange agrees on faults), with weights
+                        // and residuals still those before this step.
+                        let at = (&ctx, &clock, epochs_evaluated);
+                        return Err(stop(
+                            e,
+                            at,
                             world,
                             &compressor,
-                            &clock,
-                            epochs_evaluated,
-                            "plugin fault",
-                        )?;
-                        progress.finish();
-                        return Err(anyhow::Error::new(e).context(format!(
-                            "training stopped; state before step {} saved to {} (resume with --resume)",
-                            clock.step(),
-                            saved.display()
-                        )));
+                            &mut metrics,
+                            &mut progress,
+                        )?);
                     }
                 }
             }
@@ -467,6 +456,33 @@ struct Ctx<'a> {
     opt: &'a mut Sgd,
     plugins: &'a [PluginRecord],
     train_len: usize,
+}
+
+/// After a plugin fault: flushes the metrics, saves the state before the current step and
+/// returns the fault with where that state went.
+fn stop(
+    fault: impl std::error::Error + Send + Sync + 'static,
+    (ctx, clock, epochs_evaluated): (&Ctx, &Clock, u32),
+    world: &World,
+    compressor: &Option<Compressor>,
+    metrics: &mut Metrics,
+    progress: &mut Progress,
+) -> Result<anyhow::Error> {
+    metrics.flush()?;
+    let saved = save(
+        ctx,
+        world,
+        compressor,
+        clock,
+        epochs_evaluated,
+        "plugin fault",
+    )?;
+    progress.finish();
+    Ok(anyhow::Error::new(fault).context(format!(
+        "training stopped; state before step {} saved to {} (resume with --resume)",
+        clock.step(),
+        saved.display()
+    )))
 }
 
 /// Saves a checkpoint on rank 0 (every rank takes part: the error-feedback residuals of all

@@ -18,7 +18,7 @@
 use core::ops::Range;
 
 use crate::sign::{check_padding, pack, unpack};
-use crate::sparse::check_len;
+use crate::wire::check_len;
 use crate::wire::{Reader, expect_rounds};
 use crate::{Codec, Info, Meta, Params, Policy, Properties};
 

@@ -4,7 +4,7 @@
 //! Payload: `meta.len` × 2 bytes. Relative error ≤ 2^-11 for |x| in the normal binary16 range
 //! [2^-14, 65504]; smaller values lose precision (subnormals, then 0), larger ones become ±∞.
 
-use crate::int8::check_len;
+use crate::wire::check_len;
 use crate::wire::{Reader, expect_rounds, f16_bits, f16_value};
 use crate::{Codec, Element, Info, Meta, Params, Policy, Properties};
 

@@ -1,7 +1,7 @@
 //! `identity`: the gradient as little-endian binary32, summable. The baseline every codec is
 //! measured against (compression ratio 1), and exact: decode(encode(x)) == x bit for bit.
 
-use crate::wire::{Reader, expect_rounds, put_f32s};
+use crate::wire::{Reader, check_len, expect_rounds, put_f32s};
 use crate::{Codec, Element, Info, Meta, Params, Policy, Properties};
 
 /// No compression.
@@ -27,7 +27,8 @@ impl Codec for Identity {
         Properties::sum(Element::F32)
     }
 
-    fn encode(&self, _: &Meta, data: &[f32], _: &[Vec<u8>]) -> Result<Vec<u8>, String> {
+    fn encode(&self, meta: &Meta, data: &[f32], _: &[Vec<u8>]) -> Result<Vec<u8>, String> {
+        check_len(meta, data)?;
         let mut out = Vec::new();
         put_f32s(&mut out, data);
         Ok(out)

@@ -15,7 +15,7 @@
 
 use core::mem::MaybeUninit;
 
-use crate::wire::{Reader, expect_rounds};
+use crate::wire::{Reader, check_len, expect_rounds};
 use crate::{Codec, Info, Meta, ParamSpec, Params, Policy, Properties};
 
 /// 8-bit absmax quantisation with one scale per `chunk` elements.
@@ -283,19 +283,6 @@ pub(crate) fn integer_in(p: &Params, name: &str, lo: u32, hi: u32) -> Result<u32
         .ok()
         .filter(|v| (lo..=hi).contains(v))
         .ok_or_else(|| format!("{name} must be in [{lo}, {hi}], got {v}"))
-}
-
-/// `data.len()`, after checking it is the bucket length `meta.len`.
-pub(crate) fn check_len(meta: &Meta, data: &[f32]) -> Result<usize, String> {
-    if data.len() == meta.len as usize {
-        Ok(data.len())
-    } else {
-        Err(format!(
-            "encode got {} floats for a bucket of {}",
-            data.len(),
-            meta.len
-        ))
-    }
 }
 
 /// Bytes of the binary32 per-chunk header of `n` elements in chunks of `c`; checked because

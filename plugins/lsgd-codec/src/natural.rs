@@ -8,8 +8,8 @@
 //! rounds to 0 or ±2^-110, still unbiased; from 2^16 up it saturates to ±2^16 (biased; a
 //! gradient that large has diverged anyway). Payload: `meta.len` bytes. Gathered.
 
-use crate::int8::check_len;
 use crate::rng::Rng;
+use crate::wire::check_len;
 use crate::wire::{Reader, expect_rounds};
 use crate::{Codec, Info, Meta, Params, Policy, Properties};
 

@@ -29,7 +29,7 @@
 use core::ops::Range;
 
 use crate::rng::{Rng, mix};
-use crate::sparse::check_len;
+use crate::wire::check_len;
 use crate::wire::{expect_rounds, put_f32s};
 use crate::{Codec, Combine, Element, Info, Meta, ParamSpec, Params, Policy, Properties};
 

@@ -6,8 +6,9 @@
 //! is unbiased. Payload: every chunk's norm as little-endian binary32, then sign(x)·l as one
 //! i8 per element (|l| ≤ s ≤ 127). Gathered.
 
-use crate::int8::{check_len, f32_le, integer_in, scale_bytes};
+use crate::int8::{f32_le, integer_in, scale_bytes};
 use crate::rng::Rng;
+use crate::wire::check_len;
 use crate::wire::{Reader, expect_rounds};
 use crate::{Codec, Info, Meta, ParamSpec, Params, Policy, Properties};
 

@@ -109,7 +109,7 @@ impl Codec for RandomK {
     }
 
     fn encode(&self, meta: &Meta, data: &[f32], _: &[Vec<u8>]) -> Result<Vec<u8>, String> {
-        sparse::check_len(meta, data)?;
+        crate::wire::check_len(meta, data)?;
         let idx = self.indices(meta);
         let scale = self.scale(data.len(), idx.len());
         Ok(match self.seed {

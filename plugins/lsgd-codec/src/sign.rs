@@ -14,7 +14,7 @@
 //! The packing loops are shared with `ef-sign`; they have an explicit wasm SIMD path and a
 //! portable one, which produce the same bytes.
 
-use crate::sparse::check_len;
+use crate::wire::check_len;
 use crate::wire::{Reader, expect_rounds};
 use crate::{Codec, Info, Meta, ParamSpec, Params, Policy, Properties};
 

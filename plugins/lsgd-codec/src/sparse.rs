@@ -17,8 +17,8 @@
 //! calls in wasm), and vectorises as plain i32 compares. Every NaN key lies above infinity's, so
 //! the codecs built on keys treat a NaN as larger than any number.
 
+use crate::Params;
 use crate::wire::Reader;
-use crate::{Meta, Params};
 
 /// Bytes of a sparse payload holding `count` elements.
 pub fn encoded_len(count: usize) -> usize {
@@ -47,19 +47,6 @@ pub fn density_param(p: &Params, name: &str) -> Result<f64, String> {
         Ok(v)
     } else {
         Err(format!("{name} must be in (0, 1], got {v}"))
-    }
-}
-
-/// Errors unless `data` holds the bucket's `meta.len` floats (every codec of this group checks).
-pub(crate) fn check_len(meta: &Meta, data: &[f32]) -> Result<(), String> {
-    if data.len() == meta.len as usize {
-        Ok(())
-    } else {
-        Err(format!(
-            "encode got {} floats for a bucket of {}",
-            data.len(),
-            meta.len
-        ))
     }
 }
 

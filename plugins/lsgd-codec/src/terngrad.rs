@@ -7,8 +7,9 @@
 //! bits of the last byte zero. Gathered. A chunk holding a NaN or an infinity has a
 //! non-finite s and every value 0, so it decodes to NaN.
 
-use crate::int8::{check_len, f32_le, integer_in, max_abs, scale_bytes};
+use crate::int8::{f32_le, integer_in, max_abs, scale_bytes};
 use crate::rng::Rng;
+use crate::wire::check_len;
 use crate::wire::{Reader, expect_rounds};
 use crate::{Codec, Info, Meta, ParamSpec, Params, Policy, Properties};
 

@@ -53,7 +53,7 @@ impl Codec for Threshold {
     }
 
     fn encode(&self, meta: &Meta, data: &[f32], _: &[Vec<u8>]) -> Result<Vec<u8>, String> {
-        sparse::check_len(meta, data)?;
+        crate::wire::check_len(meta, data)?;
         let mut idx = Vec::new();
         sparse::collect_at_least(data, key(self.tau), &mut idx);
         Ok(sparse::encode(data, &idx, 1.0))

@@ -54,7 +54,7 @@ impl Codec for TopK {
     }
 
     fn encode(&self, meta: &Meta, data: &[f32], _: &[Vec<u8>]) -> Result<Vec<u8>, String> {
-        sparse::check_len(meta, data)?;
+        crate::wire::check_len(meta, data)?;
         let k = sparse::count_for(self.density, data.len());
         Ok(sparse::encode(data, &select(data, k), 1.0))
     }

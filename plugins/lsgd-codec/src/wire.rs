@@ -121,6 +121,19 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// `data.len()`, after checking it is the bucket length `meta.len` (every codec's encode does).
+pub fn check_len(meta: &crate::Meta, data: &[f32]) -> Result<usize, String> {
+    if data.len() == meta.len as usize {
+        Ok(data.len())
+    } else {
+        Err(format!(
+            "encode got {} floats for a bucket of {}",
+            data.len(),
+            meta.len
+        ))
+    }
+}
+
 /// Errors unless `payloads` holds exactly `rounds` payloads.
 pub fn expect_rounds(payloads: &[Vec<u8>], rounds: usize) -> Result<(), String> {
     if payloads.len() == rounds {
