@@ -200,13 +200,27 @@ impl Plugin {
         .map_err(|m| self.refused("encode", meta.step, m))
     }
 
-    /// Calls a codec's `decode`; its own error becomes [`Fault::Refused`]. The length of the
-    /// result is the caller's to check.
+    /// Calls a codec's `decode`; its own error becomes [`Fault::Refused`], and a result other
+    /// than the contract's `meta.len` floats [`Fault::BadOutput`].
     pub fn decode(&mut self, meta: &Meta, payloads: &[Vec<u8>]) -> Result<Vec<f32>, PluginError> {
-        self.invoke("decode", Some(meta.step), true, |b, store| {
-            b.decode(store, meta, payloads)
-        })?
-        .map_err(|m| self.refused("decode", meta.step, m))
+        let out = self
+            .invoke("decode", Some(meta.step), true, |b, store| {
+                b.decode(store, meta, payloads)
+            })?
+            .map_err(|m| self.refused("decode", meta.step, m))?;
+        if out.len() == meta.len as usize {
+            return Ok(out);
+        }
+        let msg = format!(
+            "{} floats for bucket {} of {} floats",
+            out.len(),
+            meta.bucket,
+            meta.len
+        );
+        Err(
+            PluginError::new(self.label.clone(), "decode", Fault::BadOutput(msg))
+                .at_step(meta.step),
+        )
     }
 
     fn refused(&self, call: &'static str, step: u64, msg: String) -> PluginError {

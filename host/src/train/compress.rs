@@ -25,7 +25,7 @@ use lsgd_codec::{Combine, Element, Meta, Properties, TensorSlice};
 use tch::{Device, Kind, Tensor};
 
 use crate::collective::{Algorithm, Half, Traffic, World};
-use crate::plugin::{Fault, Plugin, PluginError};
+use crate::plugin::{Plugin, PluginError};
 
 /// Largest bucket handed to a codec call, in floats (4 MiB of binary32).
 pub const MAX_BUCKET_FLOATS: usize = 1 << 20;
@@ -365,23 +365,7 @@ impl Compressor {
             }
         }
         let len = meta.len as usize;
-        let mut decode = |payloads: &[Vec<u8>]| -> Result<Vec<f32>, PluginError> {
-            let v = codec.decode(&meta, payloads)?;
-            if v.len() == len {
-                Ok(v)
-            } else {
-                Err(PluginError::new(
-                    codec.label(),
-                    "decode",
-                    Fault::BadOutput(format!(
-                        "{} floats for bucket {} of {len} floats",
-                        v.len(),
-                        meta.bucket
-                    )),
-                )
-                .at_step(meta.step))
-            }
-        };
+        let mut decode = |payloads: &[Vec<u8>]| codec.decode(&meta, payloads);
         let decoded = match self.properties.combine {
             Combine::Sum(_) => decode(&agreed).and_then(|sum| {
                 let own = if self.residuals.is_some() {
