@@ -11,6 +11,7 @@ mod formulas;
 mod golden;
 mod languages;
 mod mpi;
+mod pinned;
 mod scaffold;
 mod train;
 mod wit_frozen;

@@ -194,6 +194,8 @@ pub fn run(args: RunArgs) -> Result<()> {
             summary.checkpoint.display()
         ),
     }
+    // Equal iff two runs ended with bit-identical weights (e.g. before and after a refactor).
+    println!("weights blake3 {}", summary.weights_blake3);
     Ok(())
 }
 

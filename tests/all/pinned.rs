@@ -1,0 +1,148 @@
+//! The weights of fixed short runs, pinned as blake3 hashes recorded before the trainer was
+//! restructured (issue 17): a refactor of the training step must leave every bit of the
+//! weights where it was. One process, two ranks under mpirun, and two ranks through a codec
+//! with error feedback, each a full epoch (10 steps, an evaluation, label smoothing, Goyal's
+//! SGD form with Nesterov and momentum correction, micro-batch accumulation).
+//!
+//! The hashes depend on libtorch's CPU kernels: a libtorch version or a CPU with other vector
+//! instructions may round differently. Rerun the runs on the old code before blessing new ones.
+
+use crate::common::*;
+
+/// The common flags of the pinned runs (`lsgd-host run` takes them after `run`).
+const FLAGS: &[&str] = &[
+    "--model",
+    "cnn",
+    "--train-subset",
+    "640",
+    "--test-subset",
+    "200",
+    "--epochs",
+    "1",
+    "--global-batch",
+    "64",
+    "--max-micro-batch",
+    "16",
+    "--threads",
+    "1",
+    "--device",
+    "cpu",
+    "--seed",
+    "11",
+    "--sgd-form",
+    "goyal",
+    "--nesterov",
+    "--schedule",
+    "warmup",
+    "--set",
+    "schedule.warmup_epochs=0.5",
+    "--set",
+    "schedule.milestones=0.8",
+    "--label-smoothing",
+    "label-smoothing",
+    "-q",
+];
+
+/// The weights hash a run printed.
+fn weights_hash(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("weights blake3 "))
+        .unwrap_or_else(|| panic!("no `weights blake3` line in:\n{stdout}"))
+        .trim()
+        .to_string()
+}
+
+fn assert_pinned(what: &str, got: &str, want: &str) {
+    assert_eq!(
+        got,
+        want,
+        "{what}: the weights after the pinned run changed (CPU: {})",
+        std::fs::read_to_string("/proc/cpuinfo")
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .unwrap_or("unknown")
+    );
+}
+
+fn single(name: &str, extra: &[&str]) -> String {
+    let out = scratch(name);
+    let mut args = vec!["run", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(FLAGS);
+    args.extend_from_slice(extra);
+    let o = lsgd(&args);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    weights_hash(&stdout(&o))
+}
+
+fn two_ranks(name: &str, extra: &[&str]) -> String {
+    let out = scratch(name);
+    let mut app: Vec<String> = ["-np", "2", env!("CARGO_BIN_EXE_lsgd-host"), "run", "--out"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    app.push(out.display().to_string());
+    app.extend(FLAGS.iter().chain(extra).map(|s| s.to_string()));
+    let o = mpirun(&[app]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    weights_hash(&stdout(&o))
+}
+
+#[test]
+fn one_process_ends_with_the_pinned_weights() {
+    assert_pinned(
+        "one process",
+        &single("pinned-one", &[]),
+        "2c0f4bcdcd3b8a229cbd49593d8ed59eb9f5eedb7779bfec9f950313bb77fa47",
+    );
+}
+
+#[test]
+fn two_ranks_end_with_the_pinned_weights() {
+    let got = two_ranks(
+        "pinned-two",
+        &["--allreduce", "ring", "--bucket-mb", "0.05"],
+    );
+    assert_pinned(
+        "two ranks, ring",
+        &got,
+        "50afbc9b60ba408cc189b94174d510fab6db531ca31545dc2fb7f94eb9f99ca2",
+    );
+}
+
+#[test]
+fn two_ranks_through_a_codec_with_error_feedback_end_with_the_pinned_weights() {
+    let top_k = two_ranks(
+        "pinned-top-k",
+        &[
+            "--codec",
+            "codec-top-k",
+            "--set",
+            "codec.density=0.1",
+            "--error-feedback",
+            "--bucket-mb",
+            "0.05",
+        ],
+    );
+    assert_pinned(
+        "two ranks, top-k 10% + error feedback",
+        &top_k,
+        "819627260a0a2f195b8175574c818e27672d889bf38a734d34b0f432d0adddd0",
+    );
+    let fp16 = two_ranks(
+        "pinned-fp16",
+        &[
+            "--codec",
+            "codec-fp16",
+            "--error-feedback",
+            "--allreduce",
+            "halving-doubling",
+        ],
+    );
+    assert_pinned(
+        "two ranks, fp16 + error feedback",
+        &fp16,
+        "4acaf7adb70037cda56d259519ce17042940e41abac4a2bf441fb157a9adc238",
+    );
+}
