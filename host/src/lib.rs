@@ -1,32 +1,24 @@
 //! lsgd-host: large-batch synchronous SGD with training policies as sandboxed WebAssembly
-//! components.
+//! components. This crate is the `lsgd-host` binary's command line, benchmarks and plots; the
+//! work is done by three library crates, re-exported here under their module names:
 //!
-//! - [`plugin`]: loading and calling policy components (the sandbox, the contract versions);
-//! - [`policy`]: the training clock that produces each step's `train-state`, and the set of
-//!   policies consulted at every step, with output checks;
-//! - [`trace`]: policy outputs over a whole run without training (`lsgd-host trace`);
-//! - [`compare`]: two plugins over the same states (`lsgd-host compare`), or two codecs over
-//!   the same buckets;
-//! - [`codec`]: codec plugins outside training: round trips and sample buckets;
-//! - [`plot`]: charts of traces;
-//! - [`data`]: MNIST-format IDX data sets (plain or gzipped) for the trainer's `--data DIR`;
-//! - [`model`]: the networks `run` trains (PyTorch's default initialisation);
-//! - [`optim`]: SGD with momentum in PyTorch's and Goyal's forms;
-//! - [`train`]: the training loop of `lsgd-host run`, metrics and checkpoints;
-//! - [`collective`]: the ranks of an mpirun job and the gradient all-reduce algorithms;
+//! - [`lsgd_runtime`] ([`plugin`], [`policy`], [`codec`], [`trace`], [`compare`]): the plugin
+//!   sandbox and everything that calls plugins without training (wasmtime only);
+//! - [`lsgd_collective`] ([`collective`]): the ranks of an mpirun job and the gradient
+//!   collectives (MPI only);
+//! - [`lsgd_train`] ([`train`], [`model`], [`optim`], [`data`]): the trainer (libtorch);
+//!
+//! and in this crate:
+//!
+//! - [`plot`]: charts of traces and runs;
 //! - [`bench`]: measurements that print ratios from one run;
 //! - [`cli`]: the command line.
 
+pub use lsgd_collective as collective;
+pub use lsgd_runtime::{codec, compare, plugin, policy, trace};
+pub use lsgd_train as train;
+pub use lsgd_train::{data, model, optim};
+
 pub mod bench;
 pub mod cli;
-pub mod codec;
-pub mod collective;
-pub mod compare;
-pub mod data;
-pub mod model;
-pub mod optim;
 pub mod plot;
-pub mod plugin;
-pub mod policy;
-pub mod trace;
-pub mod train;

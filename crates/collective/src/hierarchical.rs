@@ -15,8 +15,8 @@
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 
-use super::chunks::{Element, chunk};
-use super::ring;
+use super::chunks::{Format, chunk};
+use super::{Error, Result, ring};
 
 /// The node and leader sub-communicators.
 pub struct Nodes {
@@ -28,15 +28,17 @@ pub struct Nodes {
 impl Nodes {
     /// Splits `world` by shared-memory node, or into blocks of `ranks_per_node` consecutive
     /// ranks when given (collective).
-    pub fn new(world: &SimpleCommunicator, ranks_per_node: Option<usize>) -> anyhow::Result<Nodes> {
+    pub fn new(world: &SimpleCommunicator, ranks_per_node: Option<usize>) -> Result<Nodes> {
         let r = world.rank();
         let node = match ranks_per_node {
             None => world.split_shared(r),
             Some(k) => {
-                anyhow::ensure!(k > 0, "ranks per node must be positive");
+                if k == 0 {
+                    return Err(Error::RanksPerNode);
+                }
                 world
                     .split_by_color_with_key(Color::with_value(r / k as i32), r)
-                    .ok_or_else(|| anyhow::anyhow!("MPI_Comm_split returned no communicator"))?
+                    .ok_or(Error::CommSplit)?
             }
         };
         let leader = node.rank() == 0;
@@ -67,7 +69,7 @@ impl Nodes {
 
     /// In-place all-reduce (sum). Returns the bytes sent (the broadcast counted as the
     /// leader sending the vector once).
-    pub fn all_reduce<E: Element>(
+    pub fn all_reduce<E: Format>(
         &self,
         buf: &mut [E::Stored],
         scratch: &mut Vec<E::Stored>,

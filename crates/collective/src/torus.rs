@@ -12,8 +12,8 @@
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 
-use super::chunks::{Element, chunk};
-use super::ring;
+use super::chunks::{Format, chunk};
+use super::{Error, Result, ring};
 
 /// The default grid for `p` ranks: X·Y = p, Y the largest divisor of p not above √p.
 pub fn default_shape(p: usize) -> (usize, usize) {
@@ -26,14 +26,10 @@ pub fn default_shape(p: usize) -> (usize, usize) {
 }
 
 /// Checks that `shape` fits `p` ranks.
-pub fn check_shape(shape: (usize, usize), p: usize) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        shape.0 * shape.1 == p,
-        "torus shape {}x{} needs {} ranks, the world has {p}",
-        shape.0,
-        shape.1,
-        shape.0 * shape.1
-    );
+pub fn check_shape(shape: (usize, usize), p: usize) -> Result<()> {
+    if shape.0 * shape.1 != p {
+        return Err(Error::TorusShape { shape, world: p });
+    }
     Ok(())
 }
 
@@ -46,14 +42,14 @@ pub struct Grid {
 
 impl Grid {
     /// Splits `world` into rows of `shape.0` ranks and columns of `shape.1` (collective).
-    pub fn new(world: &SimpleCommunicator, shape: (usize, usize)) -> anyhow::Result<Grid> {
+    pub fn new(world: &SimpleCommunicator, shape: (usize, usize)) -> Result<Grid> {
         let (p, r) = (world.size() as usize, world.rank());
         check_shape(shape, p)?;
         let x = shape.0 as i32;
         let split = |color: i32, key: i32| {
             world
                 .split_by_color_with_key(Color::with_value(color), key)
-                .ok_or_else(|| anyhow::anyhow!("MPI_Comm_split returned no communicator"))
+                .ok_or(Error::CommSplit)
         };
         let row = split(r / x, r % x)?;
         let column = split(r % x, r / x)?;
@@ -66,7 +62,7 @@ impl Grid {
     }
 
     /// In-place all-reduce (sum) over the whole grid. Returns the bytes sent.
-    pub fn all_reduce<E: Element>(
+    pub fn all_reduce<E: Format>(
         &self,
         buf: &mut [E::Stored],
         scratch: &mut Vec<E::Stored>,

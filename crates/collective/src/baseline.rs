@@ -16,11 +16,11 @@ use mpi::ffi::MPI_Datatype;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::chunks::Element;
+use super::chunks::Format;
 
 /// In-place MPI_Allreduce (sum) over `comm`. Returns the bandwidth lower bound of bytes sent,
 /// 2((p−1)/p)·n elements, since MPI does not say what it sent.
-pub fn all_reduce<E: Element>(
+pub fn all_reduce<E: Format>(
     comm: &SimpleCommunicator,
     buf: &mut [E::Stored],
     scratch: &mut Vec<E::Stored>,
@@ -43,7 +43,7 @@ pub fn all_reduce<E: Element>(
 ///
 /// # Safety
 /// `invec` and `inoutvec` must point to `*len` valid, aligned, non-overlapping `E::Stored`.
-unsafe extern "C" fn sum<E: Element>(
+unsafe extern "C" fn sum<E: Format>(
     invec: *mut c_void,
     inoutvec: *mut c_void,
     len: *mut c_int,

@@ -21,7 +21,7 @@ use mpi::datatype::Equivalence;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::chunks::{Element, add_into, chunks, exchange, split_pair};
+use super::chunks::{Format, add_into, chunks, exchange, split_pair};
 
 /// Largest power of two ≤ `p` (`p` ≥ 1).
 pub fn fold_target(p: usize) -> usize {
@@ -29,7 +29,7 @@ pub fn fold_target(p: usize) -> usize {
 }
 
 /// In-place all-reduce (sum) over `comm`. Returns the bytes sent.
-pub fn all_reduce<E: Element>(
+pub fn all_reduce<E: Format>(
     comm: &SimpleCommunicator,
     buf: &mut [E::Stored],
     scratch: &mut Vec<E::Stored>,

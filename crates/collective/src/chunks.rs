@@ -6,28 +6,42 @@
 //! (some chunks empty) need no special case. Empty chunks are still exchanged as zero-length
 //! messages: skipping them on one side only would leave the partner waiting.
 //!
-//! The algorithms are generic over an [`Element`] format, so 16-bit sums travel as 2 bytes per
-//! element through exactly the code, and the one-rank-per-chunk order, of the binary32 sums.
+//! The algorithms are generic over a [`Format`] (how one element format is stored and added;
+//! the formats themselves are named by [`lsgd_codec::Element`]), so 16-bit sums travel as 2
+//! bytes per element through exactly the code, and the one-rank-per-chunk order, of the
+//! binary32 sums.
 
 use std::ops::Range;
 
-use lsgd_codec::wire;
+use lsgd_codec::{Element, wire};
 use mpi::datatype::Equivalence;
 use mpi::point_to_point as p2p;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
 /// A number format the algorithms sum in: what a buffer stores and how two elements add.
-pub trait Element {
+pub trait Format {
     /// What buffers hold and the wire carries (the raw bits for the 16-bit formats).
     type Stored: Equivalence + Copy + Default;
-    /// Whether MPI's built-in MPI_SUM on `Stored` computes [`Element::add`]; when it does not,
+    /// Whether MPI's built-in MPI_SUM on `Stored` computes [`Format::add`]; when it does not,
     /// MPI_Allreduce needs a user-defined operation.
     const MPI_SUM: bool;
     /// `a + b` rounded to this format; commutative bit for bit, as MPI may swap the operands.
     fn add(a: Self::Stored, b: Self::Stored) -> Self::Stored;
     /// This format's buffer among `scratch`'s.
     fn scratch(scratch: &mut Scratch) -> &mut Vec<Self::Stored>;
+}
+
+/// A 16-bit float format, stored as its bits and added in binary32.
+pub trait Half {
+    /// The format's name in the codec interface.
+    const ELEMENT: Element;
+    /// The unit roundoff of the format (half its machine epsilon).
+    const UNIT_ROUNDOFF: f64;
+    /// The nearest value's bits (ties to even), as the all-reduce rounds.
+    fn bits(x: f32) -> u16;
+    /// The value of `bits` (exact in binary32).
+    fn value(bits: u16) -> f32;
 }
 
 /// IEEE binary32, added natively.
@@ -39,7 +53,7 @@ pub enum F16 {}
 /// bfloat16 bits, added in binary32 and rounded back (to nearest, ties to even).
 pub enum Bf16 {}
 
-impl Element for F32 {
+impl Format for F32 {
     type Stored = f32;
     const MPI_SUM: bool = true;
     fn add(a: f32, b: f32) -> f32 {
@@ -50,22 +64,34 @@ impl Element for F32 {
     }
 }
 
-impl Element for F16 {
-    type Stored = u16;
-    const MPI_SUM: bool = false;
-    fn add(a: u16, b: u16) -> u16 {
-        wire::f16_bits(wire::f16_value(a) + wire::f16_value(b))
+impl Half for F16 {
+    const ELEMENT: Element = Element::F16;
+    const UNIT_ROUNDOFF: f64 = 1.0 / 2048.0;
+    fn bits(x: f32) -> u16 {
+        wire::f16_bits(x)
     }
-    fn scratch(scratch: &mut Scratch) -> &mut Vec<u16> {
-        &mut scratch.u16
+    fn value(bits: u16) -> f32 {
+        wire::f16_value(bits)
     }
 }
 
-impl Element for Bf16 {
+impl Half for Bf16 {
+    const ELEMENT: Element = Element::Bf16;
+    const UNIT_ROUNDOFF: f64 = 1.0 / 256.0;
+    fn bits(x: f32) -> u16 {
+        wire::bf16_bits(x)
+    }
+    fn value(bits: u16) -> f32 {
+        wire::bf16_value(bits)
+    }
+}
+
+/// Every 16-bit format sums the same way: both operands to binary32, add, round back.
+impl<H: Half> Format for H {
     type Stored = u16;
     const MPI_SUM: bool = false;
     fn add(a: u16, b: u16) -> u16 {
-        wire::bf16_bits(wire::bf16_value(a) + wire::bf16_value(b))
+        H::bits(H::value(a) + H::value(b))
     }
     fn scratch(scratch: &mut Scratch) -> &mut Vec<u16> {
         &mut scratch.u16
@@ -136,7 +162,7 @@ pub fn exchange<T: Equivalence>(
 }
 
 /// `acc[i] += inc[i]`, in one fixed order so the owner of a chunk always computes the same bytes.
-pub fn add_into<E: Element>(acc: &mut [E::Stored], inc: &[E::Stored]) {
+pub fn add_into<E: Format>(acc: &mut [E::Stored], inc: &[E::Stored]) {
     for (a, b) in acc.iter_mut().zip(inc) {
         *a = E::add(*a, *b);
     }

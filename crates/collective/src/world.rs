@@ -2,20 +2,35 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use lsgd_codec::{Element, wire};
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::chunks::{Bf16, Element, F16, F32, Scratch};
+use super::chunks::{Bf16, F16, F32, Format, Scratch};
 use super::hierarchical::Nodes;
 use super::torus::{self, Grid};
-use super::{Algorithm, Half, Traffic, baseline, halving_doubling, ring};
+use super::{Algorithm, Error, Result, Traffic, baseline, halving_doubling, ring};
 
 /// Environment variables that mpirun (Open MPI, MPICH/PMI, PMIx) sets in every rank.
 const LAUNCHER_VARS: [&str; 3] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"];
+
+/// The length [`World::agree_lengths`] gathers from a rank that failed.
+const FAILED: u64 = u64::MAX;
+
+/// What [`World::agree_lengths`] tells every rank.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Agreement {
+    /// No rank failed: every rank's length, in rank order.
+    Lengths(Vec<u64>),
+    /// Some rank failed before the collective; `rank` is the lowest that did.
+    Failed {
+        /// The lowest rank that reported a failure.
+        rank: usize,
+    },
+}
 
 /// The ranks of a job and the collectives between them.
 pub struct World {
@@ -42,8 +57,7 @@ impl World {
         if !LAUNCHER_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
             return Ok(World::single());
         }
-        let universe = mpi::initialize()
-            .ok_or_else(|| anyhow::anyhow!("MPI was already initialized in this process"))?;
+        let universe = mpi::initialize().ok_or(Error::MpiInitialized)?;
         let comm = universe.world();
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         Ok(World {
@@ -101,23 +115,73 @@ impl World {
     /// nearest even. Every rank gets identical result bits, as with [`World::all_reduce_sum`].
     /// [`Algorithm::Mpi`] is MPI_Allreduce with a user-defined operation (MPI has no 16-bit
     /// float sum). All ranks must call it with the same algorithm, format and buffer length.
+    /// [`Element::F32`] is an error (on every rank alike, before any communication): binary32
+    /// sums are [`World::all_reduce_sum`].
     pub fn all_reduce_sum_half(
         &mut self,
         algo: Algorithm,
-        format: Half,
+        format: Element,
         buf: &mut [u16],
     ) -> Result<Traffic> {
         match format {
-            Half::F16 => self.all_reduce::<F16>(algo, buf),
-            Half::Bf16 => self.all_reduce::<Bf16>(algo, buf),
+            Element::F16 => self.all_reduce::<F16>(algo, buf),
+            Element::Bf16 => self.all_reduce::<Bf16>(algo, buf),
+            Element::F32 => Err(Error::NotSixteenBit { element: format }),
         }
     }
 
-    fn all_reduce<E: Element>(
+    /// Sums a little-endian payload of `element`s across ranks with `algo` (binary32 with
+    /// [`World::all_reduce_sum`], 16-bit formats with [`World::all_reduce_sum_half`]) and
+    /// returns the sum's bytes, identical on every rank. All ranks must call it with the same
+    /// algorithm, element and payload length; the length must be a multiple of
+    /// [`Element::size`] (checked before any communication).
+    pub fn all_reduce_payload(
         &mut self,
         algo: Algorithm,
-        buf: &mut [E::Stored],
-    ) -> Result<Traffic> {
+        element: Element,
+        payload: &[u8],
+    ) -> Result<(Vec<u8>, Traffic)> {
+        if !payload.len().is_multiple_of(element.size()) {
+            return Err(Error::PayloadLength {
+                len: payload.len(),
+                element,
+            });
+        }
+        if element == Element::F32 {
+            let mut v = wire::f32s_from_le(payload);
+            let t = self.all_reduce_sum(algo, &mut v)?;
+            let mut out = Vec::with_capacity(payload.len());
+            wire::put_f32s(&mut out, &v);
+            return Ok((out, t));
+        }
+        let mut v: Vec<u16> = payload
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        let t = self.all_reduce_sum_half(algo, element, &mut v)?;
+        Ok((v.iter().flat_map(|x| x.to_le_bytes()).collect(), t))
+    }
+
+    /// Every rank's payload length, `None` from a rank that failed before the collective (it
+    /// still calls this, so that the others stop with it rather than wait for it). Every rank
+    /// gets the same answer: every length in rank order, or the lowest rank that failed. A
+    /// length of `u64::MAX` is the failure marker on the wire, so it reads as a failure.
+    pub fn agree_lengths(&self, mine: Option<u64>) -> Result<Agreement> {
+        let lengths = self.all_gather_u64(mine.unwrap_or(FAILED))?;
+        Ok(match lengths.iter().position(|&l| l == FAILED) {
+            Some(rank) => Agreement::Failed { rank },
+            None => Agreement::Lengths(lengths),
+        })
+    }
+
+    /// The lowest rank that reports `failed_here`, on every rank alike; `None` when no rank
+    /// failed.
+    pub fn agree_failure(&self, failed_here: bool) -> Result<Option<usize>> {
+        let flags = self.all_gather_u64(u64::from(failed_here))?;
+        Ok(flags.iter().position(|&f| f != 0))
+    }
+
+    fn all_reduce<E: Format>(&mut self, algo: Algorithm, buf: &mut [E::Stored]) -> Result<Traffic> {
         let start = Instant::now();
         let (torus_shape, ranks_per_node) = (self.torus_shape, self.ranks_per_node);
         let Some(m) = self.mpi.as_deref_mut() else {
@@ -202,7 +266,7 @@ impl World {
             let count = i32::try_from(len).ok();
             let end = count.and_then(|c| total.checked_add(c));
             let (Some(count), Some(end)) = (count, end) else {
-                anyhow::bail!("all-gather of {lengths:?} bytes overflows MPI's int counts");
+                return Err(Error::GatherOverflow { lengths });
             };
             counts.push(count);
             displs.push(total);
@@ -250,7 +314,8 @@ impl World {
         let root = m.comm.process_at_rank(0);
         let mut len = bytes.len() as u64;
         root.broadcast_into(&mut len);
-        bytes.resize(usize::try_from(len)?, 0);
+        let n = usize::try_from(len).map_err(|_| Error::BroadcastTooLong { len })?;
+        bytes.resize(n, 0);
         root.broadcast_into(&mut bytes[..]);
         Ok(())
     }
@@ -281,8 +346,8 @@ impl World {
     /// Treats blocks of `k` consecutive ranks as one node for `hierarchical` (to exercise the
     /// inter-node ring on one machine); `None` uses the real shared-memory nodes.
     pub fn set_ranks_per_node(&mut self, ranks_per_node: Option<usize>) -> Result<()> {
-        if let Some(k) = ranks_per_node {
-            anyhow::ensure!(k > 0, "ranks per node must be positive");
+        if ranks_per_node == Some(0) {
+            return Err(Error::RanksPerNode);
         }
         self.ranks_per_node = ranks_per_node;
         Ok(())
@@ -306,14 +371,23 @@ mod tests {
             assert_eq!(v, [1.5, -2.0, 3.25]);
             assert_eq!(t.bytes_sent, 0);
         }
-        for format in Half::ALL {
-            let mut v = vec![format.bits(1.5), format.bits(-2.0)];
+        for format in [Element::F16, Element::Bf16] {
+            let mut v = vec![0x3e00, 0xc000];
             let t = w
                 .all_reduce_sum_half(Algorithm::Ring, format, &mut v)
                 .unwrap();
-            assert_eq!(v, [format.bits(1.5), format.bits(-2.0)]);
+            assert_eq!(v, [0x3e00, 0xc000]);
             assert_eq!(t.bytes_sent, 0);
         }
+        let err = w
+            .all_reduce_sum_half(Algorithm::Ring, Element::F32, &mut [0])
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Error::NotSixteenBit {
+                element: Element::F32
+            }
+        ));
         assert_eq!(w.all_gather_u64(7).unwrap(), [7]);
         let (all, t) = w.all_gather_bytes(&[4, 5]).unwrap();
         assert_eq!((all, t.bytes_sent), (vec![vec![4, 5]], 0));
@@ -331,10 +405,66 @@ mod tests {
     #[test]
     fn a_torus_shape_must_match_the_world_size() {
         let mut w = World::single();
-        assert!(w.set_torus_shape(Some((2, 2))).is_err());
+        assert!(matches!(
+            w.set_torus_shape(Some((2, 2))),
+            Err(Error::TorusShape {
+                shape: (2, 2),
+                world: 1
+            })
+        ));
+        assert!(matches!(
+            w.set_ranks_per_node(Some(0)),
+            Err(Error::RanksPerNode)
+        ));
         w.set_torus_shape(Some((1, 1))).unwrap();
         assert_eq!(w.torus_shape(), (1, 1));
         w.set_torus_shape(None).unwrap();
         assert_eq!(w.torus_shape(), (1, 1));
+    }
+
+    #[test]
+    fn a_single_process_payload_sum_is_its_own_bytes() {
+        let mut w = World::single();
+        let payloads = [
+            (Element::F32, [1.5f32, -2.0].map(f32::to_le_bytes).concat()),
+            (Element::F16, vec![0x00, 0x3e, 0x00, 0xc0]),
+            (Element::Bf16, vec![0xc0, 0x3f, 0x00, 0xc0]),
+        ];
+        for (element, payload) in payloads {
+            for algo in Algorithm::ALL {
+                let (sum, t) = w.all_reduce_payload(algo, element, &payload).unwrap();
+                assert_eq!((sum, t.bytes_sent), (payload.clone(), 0), "{element:?}");
+            }
+            let (sum, _) = w.all_reduce_payload(Algorithm::Ring, element, &[]).unwrap();
+            assert!(sum.is_empty());
+        }
+        for (element, len) in [(Element::F32, 6), (Element::F16, 3), (Element::Bf16, 1)] {
+            let err = w
+                .all_reduce_payload(Algorithm::Mpi, element, &vec![0; len])
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::PayloadLength { len: l, element: e } if l == len && e == element),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_single_process_agrees_with_itself() {
+        let w = World::single();
+        assert_eq!(
+            w.agree_lengths(Some(12)).unwrap(),
+            Agreement::Lengths(vec![12])
+        );
+        assert_eq!(
+            w.agree_lengths(Some(0)).unwrap(),
+            Agreement::Lengths(vec![0])
+        );
+        assert_eq!(
+            w.agree_lengths(None).unwrap(),
+            Agreement::Failed { rank: 0 }
+        );
+        assert_eq!(w.agree_failure(false).unwrap(), None);
+        assert_eq!(w.agree_failure(true).unwrap(), Some(0));
     }
 }

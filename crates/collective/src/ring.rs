@@ -9,7 +9,7 @@ use mpi::datatype::Equivalence;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::chunks::{Element, add_into, chunk, exchange, split_pair};
+use super::chunks::{Format, add_into, chunk, exchange, split_pair};
 
 /// The chunk rank `rank` of a `p`-ring owns after [`reduce_scatter`].
 pub fn owned_chunk(rank: usize, p: usize) -> usize {
@@ -18,7 +18,7 @@ pub fn owned_chunk(rank: usize, p: usize) -> usize {
 
 /// Ring reduce-scatter over `comm`: afterwards this rank's [`owned_chunk`] of `buf` holds the
 /// sum over all ranks (other chunks hold partial sums). Returns the bytes sent.
-pub fn reduce_scatter<E: Element>(
+pub fn reduce_scatter<E: Format>(
     comm: &SimpleCommunicator,
     buf: &mut [E::Stored],
     scratch: &mut Vec<E::Stored>,
@@ -61,7 +61,7 @@ pub fn all_gather<T: Equivalence>(comm: &SimpleCommunicator, buf: &mut [T]) -> u
 }
 
 /// In-place ring all-reduce (sum) over `comm`. Returns the bytes sent.
-pub fn all_reduce<E: Element>(
+pub fn all_reduce<E: Format>(
     comm: &SimpleCommunicator,
     buf: &mut [E::Stored],
     scratch: &mut Vec<E::Stored>,

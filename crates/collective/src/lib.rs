@@ -1,7 +1,8 @@
 //! Collectives for data-parallel training: the gradient all-reduce in five algorithms, in
-//! binary32 or in a 16-bit format ([`Half`], for summable compressed gradients), the all-gather
-//! of variable-length payloads (for the other codecs), and the small collectives the trainer
-//! needs (hash check, broadcast, barrier).
+//! binary32 or in a 16-bit format ([`Element::F16`], [`Element::Bf16`]), the exchange of codec
+//! payloads (summed as [`Element`]s, or all-gathered with their lengths agreed first), the
+//! agreement of all ranks on which rank failed, and the small collectives the trainer needs
+//! (hash check, broadcast, barrier).
 //!
 //! A [`World`] is either an MPI world (the process was started by `mpirun`) or a single process
 //! that never touches MPI, so `lsgd-host run` without `mpirun` needs no MPI daemon.
@@ -16,12 +17,16 @@
 //! - [`hierarchical`]: reduce inside a node over shared memory, ring among node leaders;
 //! - [`baseline`]: MPI_Allreduce, the yardstick;
 //! - [`cost`]: α-β predictions of each algorithm at scales we cannot run;
-//! - [`chunks`]: chunking, the pairwise exchange, and the element formats summed in;
+//! - [`chunks`]: chunking, the pairwise exchange, and how each element format is stored and
+//!   added ([`chunks::Format`]);
 //! - [`selftest`]: every algorithm against MPI_Allreduce and the exact sum, for the mpirun tests.
+//!
+//! Errors are one [`Error`] enum; the `lsgd-host` binary turns them into `anyhow` errors.
 
 pub mod baseline;
 pub mod chunks;
 pub mod cost;
+mod error;
 pub mod halving_doubling;
 pub mod hierarchical;
 pub mod ring;
@@ -30,10 +35,15 @@ pub mod torus;
 mod world;
 
 use std::fmt;
+use std::iter::Sum;
+use std::ops::{Add, AddAssign};
 
 use serde::{Deserialize, Serialize};
 
-pub use world::World;
+pub use error::{Error, Result};
+/// The element formats of summed payloads and 16-bit all-reduces (binary32, binary16, bfloat16).
+pub use lsgd_codec::Element;
+pub use world::{Agreement, World};
 
 /// An all-reduce algorithm (`--allreduce`).
 #[derive(
@@ -86,7 +96,7 @@ impl Algorithm {
     }
 
     /// Parses `all` or a comma-separated list of names.
-    pub fn parse_list(s: &str) -> anyhow::Result<Vec<Algorithm>> {
+    pub fn parse_list(s: &str) -> Result<Vec<Algorithm>> {
         if s.trim() == "all" {
             return Ok(Algorithm::ALL.to_vec());
         }
@@ -95,17 +105,18 @@ impl Algorithm {
             let algo = Algorithm::ALL
                 .into_iter()
                 .find(|a| a.name() == name)
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "unknown all-reduce algorithm {name:?} (expected all or a list of mpi, \
-                         ring, halving-doubling, torus2d, hierarchical)"
-                    )
+                .ok_or_else(|| Error::UnknownAlgorithm {
+                    name: name.to_string(),
                 })?;
             if !out.contains(&algo) {
                 out.push(algo);
             }
         }
-        anyhow::ensure!(!out.is_empty(), "no all-reduce algorithm named in {s:?}");
+        if out.is_empty() {
+            return Err(Error::NoAlgorithm {
+                list: s.to_string(),
+            });
+        }
         Ok(out)
     }
 }
@@ -116,45 +127,8 @@ impl fmt::Display for Algorithm {
     }
 }
 
-/// A 16-bit float format summed by [`World::all_reduce_sum_half`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Half {
-    /// IEEE binary16 (fp16).
-    F16,
-    /// bfloat16, the upper half of a binary32.
-    Bf16,
-}
-
-impl Half {
-    /// Both formats.
-    pub const ALL: [Half; 2] = [Half::F16, Half::Bf16];
-
-    /// `f16` or `bf16`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Half::F16 => "f16",
-            Half::Bf16 => "bf16",
-        }
-    }
-
-    /// The nearest value's bits (ties to even), as the all-reduce rounds.
-    pub fn bits(self, x: f32) -> u16 {
-        match self {
-            Half::F16 => lsgd_codec::wire::f16_bits(x),
-            Half::Bf16 => lsgd_codec::wire::bf16_bits(x),
-        }
-    }
-
-    /// The value of `bits` (exact in binary32).
-    pub fn value(self, bits: u16) -> f32 {
-        match self {
-            Half::F16 => lsgd_codec::wire::f16_value(bits),
-            Half::Bf16 => lsgd_codec::wire::bf16_value(bits),
-        }
-    }
-}
-
-/// What one collective call did on this rank.
+/// What one collective call did on this rank. The traffic of several calls adds up with `+`,
+/// `+=` and [`Iterator::sum`]: bytes and seconds each summed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Traffic {
     /// Bytes this rank sent (for MPI's own collectives, their bandwidth lower bound).
@@ -163,23 +137,44 @@ pub struct Traffic {
     pub seconds: f64,
 }
 
+impl AddAssign for Traffic {
+    fn add_assign(&mut self, other: Traffic) {
+        self.bytes_sent += other.bytes_sent;
+        self.seconds += other.seconds;
+    }
+}
+
+impl Add for Traffic {
+    type Output = Traffic;
+
+    fn add(mut self, other: Traffic) -> Traffic {
+        self += other;
+        self
+    }
+}
+
+impl Sum for Traffic {
+    fn sum<I: Iterator<Item = Traffic>>(iter: I) -> Traffic {
+        iter.fold(Traffic::default(), Add::add)
+    }
+}
+
 /// Parses a grid shape `XxY` (`4x2`: rows of 4 ranks, 2 rows).
-pub fn parse_shape(s: &str) -> anyhow::Result<(usize, usize)> {
+pub fn parse_shape(s: &str) -> Result<(usize, usize)> {
+    let shape = || s.to_string();
     let (x, y) = s
         .split_once(['x', 'X'])
-        .ok_or_else(|| anyhow::anyhow!("torus shape {s:?} is not XxY (e.g. 4x2)"))?;
-    let x: usize = x
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("torus shape {s:?}: bad X"))?;
-    let y: usize = y
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("torus shape {s:?}: bad Y"))?;
-    anyhow::ensure!(
-        x > 0 && y > 0,
-        "torus shape {s:?}: X and Y must be positive"
-    );
+        .ok_or_else(|| Error::ShapeSyntax { shape: shape() })?;
+    let side = |v: &str, axis| {
+        v.trim().parse::<usize>().map_err(|_| Error::ShapeAxis {
+            shape: shape(),
+            axis,
+        })
+    };
+    let (x, y) = (side(x, 'X')?, side(y, 'Y')?);
+    if x == 0 || y == 0 {
+        return Err(Error::ShapeEmpty { shape: shape() });
+    }
     Ok((x, y))
 }
 
@@ -217,5 +212,35 @@ mod tests {
         assert!(parse_shape("4").is_err());
         assert!(parse_shape("0x4").is_err());
         assert!(parse_shape("ax4").is_err());
+        assert_eq!(
+            parse_shape("4xb").unwrap_err().to_string(),
+            "torus shape \"4xb\": bad Y"
+        );
+    }
+
+    #[test]
+    fn traffic_adds_up() {
+        let a = Traffic {
+            bytes_sent: 3,
+            seconds: 0.5,
+        };
+        let b = Traffic {
+            bytes_sent: 4,
+            seconds: 0.25,
+        };
+        let mut total = Traffic::default();
+        total += a;
+        total += b;
+        let want = Traffic {
+            bytes_sent: 7,
+            seconds: 0.75,
+        };
+        assert_eq!(total, want);
+        assert_eq!(a + b, want);
+        assert_eq!([a, b].into_iter().sum::<Traffic>(), want);
+        assert_eq!(
+            std::iter::empty::<Traffic>().sum::<Traffic>(),
+            Traffic::default()
+        );
     }
 }

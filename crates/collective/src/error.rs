@@ -1,0 +1,138 @@
+//! The one error type of the collective layer.
+
+use lsgd_codec::Element;
+
+/// What can go wrong in the collective layer; the messages are the user's, word for word.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// [`crate::World::init`] found MPI already initialized (a second world in one process).
+    #[error("MPI was already initialized in this process")]
+    MpiInitialized,
+
+    /// MPI_Comm_split gave this rank no communicator (a torus or node split).
+    #[error("MPI_Comm_split returned no communicator")]
+    CommSplit,
+
+    /// A torus grid whose X·Y is not the world size.
+    #[error(
+        "torus shape {}x{} needs {} ranks, the world has {world}",
+        .shape.0,
+        .shape.1,
+        .shape.0 * .shape.1
+    )]
+    TorusShape {
+        /// The grid asked for, X×Y.
+        shape: (usize, usize),
+        /// Ranks in the world.
+        world: usize,
+    },
+
+    /// A torus shape that is not `XxY`.
+    #[error("torus shape {shape:?} is not XxY (e.g. 4x2)")]
+    ShapeSyntax {
+        /// What was given.
+        shape: String,
+    },
+
+    /// A torus shape whose X or Y is not a number.
+    #[error("torus shape {shape:?}: bad {axis}")]
+    ShapeAxis {
+        /// What was given.
+        shape: String,
+        /// `X` or `Y`.
+        axis: char,
+    },
+
+    /// A torus shape with a zero side.
+    #[error("torus shape {shape:?}: X and Y must be positive")]
+    ShapeEmpty {
+        /// What was given.
+        shape: String,
+    },
+
+    /// Simulated nodes of zero ranks.
+    #[error("ranks per node must be positive")]
+    RanksPerNode,
+
+    /// A name in an algorithm list that is no algorithm.
+    #[error(
+        "unknown all-reduce algorithm {name:?} (expected all or a list of mpi, ring, \
+         halving-doubling, torus2d, hierarchical)"
+    )]
+    UnknownAlgorithm {
+        /// The name given.
+        name: String,
+    },
+
+    /// An algorithm list that names none.
+    #[error("no all-reduce algorithm named in {list:?}")]
+    NoAlgorithm {
+        /// The list given.
+        list: String,
+    },
+
+    /// Payload lengths whose sum or one of which does not fit MPI's C `int` counts.
+    #[error("all-gather of {lengths:?} bytes overflows MPI's int counts")]
+    GatherOverflow {
+        /// Every rank's payload length, in rank order.
+        lengths: Vec<u64>,
+    },
+
+    /// A broadcast longer than this process can address.
+    #[error("broadcast of {len} bytes does not fit in this process's address space")]
+    BroadcastTooLong {
+        /// The root's length.
+        len: u64,
+    },
+
+    /// A 16-bit sum asked for in a format that is not 16-bit.
+    #[error("a 16-bit all-reduce sums F16 or Bf16 elements, not {element:?}")]
+    NotSixteenBit {
+        /// The format asked for.
+        element: Element,
+    },
+
+    /// A summable payload that does not hold a whole number of elements.
+    #[error(
+        "a payload of {len} bytes does not hold whole {element:?} elements ({} bytes each)",
+        .element.size()
+    )]
+    PayloadLength {
+        /// The payload's length in bytes.
+        len: usize,
+        /// Its element format.
+        element: Element,
+    },
+
+    /// Writing a report (the self-test summary).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// The collective layer's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_what_went_wrong() {
+        let torus = Error::TorusShape {
+            shape: (2, 2),
+            world: 2,
+        };
+        assert_eq!(
+            torus.to_string(),
+            "torus shape 2x2 needs 4 ranks, the world has 2"
+        );
+        let payload = Error::PayloadLength {
+            len: 3,
+            element: Element::F16,
+        };
+        assert_eq!(
+            payload.to_string(),
+            "a payload of 3 bytes does not hold whole F16 elements (2 bytes each)"
+        );
+    }
+}
