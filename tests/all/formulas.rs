@@ -1,11 +1,10 @@
 //! The reference plugins against closed forms, through the sandbox, and against the same
 //! formulas compiled natively (bit for bit over whole runs).
 
-use lsgd_host::bench::policies::{REFERENCE_PLUGINS, native_twin};
 use lsgd_host::plugin::Output;
 use lsgd_host::policy::{Bounds, PolicySet};
 use lsgd_host::trace::trace;
-use lsgd_policy::State;
+use lsgd_policy::{Params, State};
 
 use crate::common::*;
 
@@ -119,11 +118,11 @@ fn label_smoothing_ramps_linearly_and_holds() {
 #[test]
 fn wasm_matches_native_bit_for_bit() {
     let rt = runtime();
-    for name in REFERENCE_PLUGINS {
+    for name in lsgd_policy::NAMES {
         let mut p = load(&rt, name, &[]).unwrap();
-        let mut native = native_twin(&p)
-            .unwrap()
-            .unwrap_or_else(|| panic!("{name} has no native twin"));
+        let mut native = lsgd_policy::native(&p.info().name, &Params(p.params().to_vec()))
+            .unwrap_or_else(|| panic!("{name} has no native twin"))
+            .unwrap();
         let mut c = clock(90, 20, 8192);
         let mut n = 0;
         while !c.finished() {

@@ -6,6 +6,7 @@ use lsgd_codec::rng::{Rng, mix};
 use lsgd_codec::{DynCodec, Meta, TensorSlice};
 
 use crate::plugin::{Plugin, PluginError};
+use crate::{Error, Result};
 
 /// The payloads (one per round) and the reconstruction of one bucket.
 pub type RoundTrip = (Vec<Vec<u8>>, Vec<f32>);
@@ -25,14 +26,12 @@ pub fn round_trip(codec: &mut Plugin, meta: &Meta, data: &[f32]) -> Result<Round
     Ok((payloads, out))
 }
 
-/// The same for a native codec; its error message is prefixed with the codec's name.
-pub fn native_round_trip(
-    codec: &dyn DynCodec,
-    meta: &Meta,
-    data: &[f32],
-) -> Result<RoundTrip, String> {
-    lsgd_codec::round_trip(codec, meta, data)
-        .map_err(|e| format!("native {}: {e}", codec.info().name))
+/// The same for a native codec; its error ([`Error::Native`]) names the codec.
+pub fn native_round_trip(codec: &dyn DynCodec, meta: &Meta, data: &[f32]) -> Result<RoundTrip> {
+    lsgd_codec::round_trip(codec, meta, data).map_err(|message| Error::Native {
+        name: codec.info().name,
+        message,
+    })
 }
 
 /// A bucket like a layer's gradient: a `rows`×`cols` weight and a `cols` bias, normally

@@ -1,13 +1,15 @@
 //! `lsgd-host compare`: two plugins of the same kind over the same sequence of states, without
-//! training; for codecs, decode(encode(x)) of both over the same gradient buckets. The state sequence is the one the run shape alone defines (constant batch), so
-//! both plugins see identical inputs whatever they return. This is the regression check users
+//! training; for codecs, decode(encode(x)) of both over the same gradient buckets. The state
+//! sequence is the one the run shape alone defines (constant batch), so both plugins see
+//! identical inputs whatever they return. This is the regression check users
 //! keep in CI: a port of a schedule to another language, or a refactoring, must stay within
 //! tolerance (bit-identical by default).
 
 use serde::Serialize;
 
-use crate::plugin::{Plugin, PluginError};
+use crate::plugin::Plugin;
 use crate::policy::{Bounds, Clock, check_output};
+use crate::{Error, Result};
 
 /// When two outputs count as equal.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -64,23 +66,30 @@ impl Report {
     }
 }
 
-/// Compares `a` and `b` at every step of the run `clock` describes.
+/// Refuses two plugins of different kinds ([`Error::Kinds`]): their outputs mean different
+/// things.
+pub fn same_kind(a: &Plugin, b: &Plugin) -> Result<()> {
+    if a.kind() == b.kind() {
+        return Ok(());
+    }
+    Err(Error::Kinds {
+        a: a.label().to_string(),
+        a_kind: a.kind(),
+        b: b.label().to_string(),
+        b_kind: b.kind(),
+    })
+}
+
+/// Compares `a` and `b` at every step of the run `clock` describes; plugins of different
+/// kinds are refused.
 pub fn compare(
     a: &mut Plugin,
     b: &mut Plugin,
     mut clock: Clock,
     tolerance: Tolerance,
     bounds: Bounds,
-) -> Result<Report, CompareError> {
-    if a.kind() != b.kind() {
-        return Err(CompareError::Kinds(format!(
-            "cannot compare a {} plugin ({}) with a {} plugin ({})",
-            a.kind(),
-            a.label(),
-            b.kind(),
-            b.label()
-        )));
-    }
+) -> Result<Report> {
+    same_kind(a, b)?;
     let mut report = Report {
         call: a.call_name(),
         steps: 0,
@@ -112,32 +121,6 @@ pub fn compare(
     }
     Ok(report)
 }
-
-/// Why a comparison could not be made.
-#[derive(Debug)]
-pub enum CompareError {
-    /// The plugins are of different kinds.
-    Kinds(String),
-    /// A plugin failed.
-    Plugin(PluginError),
-}
-
-impl From<PluginError> for CompareError {
-    fn from(e: PluginError) -> Self {
-        CompareError::Plugin(e)
-    }
-}
-
-impl std::fmt::Display for CompareError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CompareError::Kinds(m) => f.write_str(m),
-            CompareError::Plugin(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for CompareError {}
 
 /// The first element whose reconstructions differ beyond tolerance.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -217,7 +200,8 @@ pub fn compare_codecs(
     b: &mut Plugin,
     inputs: CodecInputs,
     tolerance: Tolerance,
-) -> Result<CodecReport, CompareError> {
+) -> Result<CodecReport> {
+    same_kind(a, b)?;
     let side = |p: &Plugin| CodecSide {
         name: p.info().name.clone(),
         payload_bytes: 0,

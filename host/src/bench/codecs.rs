@@ -78,14 +78,11 @@ pub fn run(
             let (meta, data) = sample_bucket(rows, cols, 0, 1);
             let bytes = data.len() as f64 * 4.0;
             let (wasm_payloads, _) = round_trip(&mut plugin, &meta, &data)?;
-            let (native_payloads, _) =
-                native_round_trip(native.as_ref(), &meta, &data).map_err(anyhow::Error::msg)?;
+            let (native_payloads, _) = native_round_trip(native.as_ref(), &meta, &data)?;
             let (mut t_native, mut t_wasm) = (Vec::new(), Vec::new());
             for _ in 0..rounds.max(1) {
                 let start = Instant::now();
-                std::hint::black_box(
-                    native_round_trip(native.as_ref(), &meta, &data).map_err(anyhow::Error::msg)?,
-                );
+                std::hint::black_box(native_round_trip(native.as_ref(), &meta, &data)?);
                 t_native.push(start.elapsed().as_secs_f64());
                 let start = Instant::now();
                 std::hint::black_box(round_trip(&mut plugin, &meta, &data)?);

@@ -7,10 +7,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use lsgd_policy::{
-    BatchSize, LabelSmoothing, Params, Policy, Schedule, State, batch_ramp, constant,
-    constant_batch, cosine, label_smoothing, poly, warmup,
-};
+use lsgd_policy::{Params, State};
 use serde::Serialize;
 
 use super::median_ns_per_item;
@@ -18,15 +15,7 @@ use crate::plugin::{Origin, Plugin, Runtime, locate::locate};
 use crate::policy::{Clock, RunShape};
 
 /// The reference plugins, by file name.
-pub const REFERENCE_PLUGINS: &[&str] = &[
-    "warmup",
-    "cosine",
-    "poly",
-    "constant",
-    "batch-ramp",
-    "constant-batch",
-    "label-smoothing",
-];
+pub const REFERENCE_PLUGINS: &[&str] = &lsgd_policy::NAMES;
 
 /// The target the issue sets for one call.
 pub const TARGET_NS: f64 = 200.0;
@@ -67,8 +56,7 @@ fn states() -> Result<Vec<State>> {
         world_size: 32,
         base_lr: 0.1,
         reference_batch: 256,
-    })
-    .map_err(anyhow::Error::msg)?;
+    })?;
     let mut states = Vec::new();
     while !clock.finished() {
         states.push(clock.state());
@@ -78,7 +66,7 @@ fn states() -> Result<Vec<State>> {
 }
 
 fn measure(runtime: &Runtime, name: &str, states: &[State], rounds: usize) -> Result<Measurement> {
-    let path = locate(name).map_err(anyhow::Error::msg)?;
+    let path = locate(name)?;
     // The first load fills the cache; the second measures a load from it.
     runtime.load(&path, None)?;
     let mut plugin = runtime.load(&path, None)?;
@@ -131,38 +119,15 @@ fn measure(runtime: &Runtime, name: &str, states: &[State], rounds: usize) -> Re
 
 pub use crate::policy::NativeFn;
 
-/// The native twin of a reference plugin (matched by its describe() name), configured with
-/// the plugin's parameters; `None` for plugins the host has no formula for.
+/// The native twin of a reference plugin (`lsgd_policy::native`, matched by its describe()
+/// name), configured with the plugin's parameters; `None` for plugins the host has no formula
+/// for.
 pub fn native_twin(plugin: &Plugin) -> Result<Option<NativeFn>> {
-    let params = Params(plugin.params().to_vec());
-    let ctx = || format!("configuring the native {}", plugin.info().name);
-    fn schedule<P: Schedule + 'static>(p: &Params) -> Result<NativeFn, String> {
-        let p = P::configure(p)?;
-        Ok(Box::new(move |s| p.learning_rate(s)))
-    }
-    fn batch<P: BatchSize + 'static>(p: &Params) -> Result<NativeFn, String> {
-        let p = P::configure(p)?;
-        Ok(Box::new(move |s| f64::from(p.global_batch(s))))
-    }
-    fn smoothing<P: LabelSmoothing + 'static>(p: &Params) -> Result<NativeFn, String> {
-        let p = P::configure(p)?;
-        Ok(Box::new(move |s| f64::from(p.epsilon(s))))
-    }
-    let f = match plugin.info().name.as_str() {
-        n if n == warmup::Warmup::info().name => schedule::<warmup::Warmup>(&params),
-        n if n == cosine::Cosine::info().name => schedule::<cosine::Cosine>(&params),
-        n if n == poly::Poly::info().name => schedule::<poly::Poly>(&params),
-        n if n == constant::Constant::info().name => schedule::<constant::Constant>(&params),
-        n if n == batch_ramp::BatchRamp::info().name => batch::<batch_ramp::BatchRamp>(&params),
-        n if n == constant_batch::ConstantBatch::info().name => {
-            batch::<constant_batch::ConstantBatch>(&params)
-        }
-        n if n == label_smoothing::Smoothing::info().name => {
-            smoothing::<label_smoothing::Smoothing>(&params)
-        }
-        _ => return Ok(None),
-    };
-    f.map(Some).map_err(anyhow::Error::msg).with_context(ctx)
+    let name = &plugin.info().name;
+    lsgd_policy::native(name, &Params(plugin.params().to_vec()))
+        .transpose()
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("configuring the native {name}"))
 }
 
 /// Prints the table, one row per plugin, with the ratio and the target check.

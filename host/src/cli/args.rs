@@ -60,15 +60,14 @@ impl ShapeArgs {
         let samples = steps
             .checked_mul(u64::from(batch))
             .context("--steps-per-epoch × --global-batch overflows")?;
-        Clock::new(RunShape {
+        Ok(Clock::new(RunShape {
             epochs,
             samples_per_epoch: samples,
             initial_batch: batch,
             world_size: self.world_size(),
             base_lr: self.base_lr.unwrap_or(0.1),
             reference_batch: self.reference_batch.unwrap_or(256),
-        })
-        .map_err(anyhow::Error::msg)
+        })?)
     }
 }
 
@@ -92,14 +91,12 @@ impl LimitArgs {
         if self.plugin_memory_mb == 0 || self.plugin_deadline_ms == 0 {
             bail!("--plugin-memory-mb and --plugin-deadline-ms must be at least 1");
         }
-        Runtime::new(
-            Cache::from_env(),
-            Limits {
-                memory_bytes: self.plugin_memory_mb << 20,
-                deadline_ms: self.plugin_deadline_ms,
-                ..Limits::default()
-            },
-        )
+        let limits = Limits {
+            memory_bytes: self.plugin_memory_mb << 20,
+            deadline_ms: self.plugin_deadline_ms,
+            ..Limits::default()
+        };
+        Ok(Runtime::new(Cache::from_env(), limits)?)
     }
 
     /// The output bounds.
@@ -160,7 +157,7 @@ impl PolicyArgs {
                 plugins.push(runtime.load_configured(path, Some(kind), &mine)?);
             }
         }
-        PolicySet::new(plugins, bounds).map_err(anyhow::Error::msg)
+        Ok(PolicySet::new(plugins, bounds)?)
     }
 }
 

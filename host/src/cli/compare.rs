@@ -5,7 +5,9 @@ use clap::Args;
 
 use super::args::{LimitArgs, ShapeArgs, parse_settings, settings_for};
 use super::trace::Format;
-use crate::compare::{CodecInputs, CodecReport, Report, Tolerance, compare, compare_codecs};
+use crate::compare::{
+    CodecInputs, CodecReport, Report, Tolerance, compare, compare_codecs, same_kind,
+};
 use crate::plugin::PolicyKind;
 
 /// Arguments of `compare`.
@@ -62,15 +64,7 @@ pub fn run(args: CompareArgs) -> Result<bool> {
         atol: args.atol,
     };
     if a.kind() == PolicyKind::Codec || b.kind() == PolicyKind::Codec {
-        if a.kind() != b.kind() {
-            anyhow::bail!(
-                "cannot compare a {} plugin ({}) with a {} plugin ({})",
-                a.kind(),
-                a.label(),
-                b.kind(),
-                b.label()
-            );
-        }
+        same_kind(&a, &b)?;
         anyhow::ensure!(
             args.rows > 0 && args.cols > 0 && args.buckets > 0,
             "--rows, --cols and --buckets must be at least 1"

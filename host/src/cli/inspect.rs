@@ -10,7 +10,6 @@ use wasmtime::component::Component;
 use super::args::LimitArgs;
 use super::trace::Format;
 use crate::plugin::params::{render, type_name};
-use crate::plugin::runtime::wasm_err;
 use crate::plugin::{Origin, locate::locate};
 
 /// Arguments of `inspect`.
@@ -53,12 +52,12 @@ struct Param {
 /// Runs `inspect`.
 pub fn run(args: InspectArgs) -> Result<()> {
     let runtime = args.limits.runtime()?;
-    let path = locate(&args.plugin).map_err(anyhow::Error::msg)?;
+    let path = locate(&args.plugin)?;
     let plugin = runtime.load(&path, None)?;
     // Always time a fresh compilation, whatever the cache holds.
     let bytes = std::fs::read(&path)?;
     let start = Instant::now();
-    Component::new(runtime.engine(), &bytes).map_err(wasm_err)?;
+    Component::new(runtime.engine(), &bytes).map_err(lsgd_runtime::Error::from)?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
     let cached_load_ms = match runtime.load(&path, None)?.facts().origin {
         Origin::Cached(d) => Some(d.as_secs_f64() * 1e3),

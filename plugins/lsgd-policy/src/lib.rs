@@ -3,7 +3,8 @@
 //! The same code runs in two places: natively inside `lsgd-host` (its own train-state and
 //! parameter types, and the native side of the native-vs-wasm benchmark) and compiled to
 //! `wasm32-wasip2` inside each reference plugin. Keeping one copy of every formula is what lets
-//! the host check that a plugin returns the native answer bit for bit.
+//! the host check that a plugin returns the native answer bit for bit; [`NAMES`] lists the
+//! reference policies and [`native`] builds the native twin of one by name.
 //!
 //! A guest crate exports a policy with two lines:
 //!
@@ -228,6 +229,105 @@ pub trait BatchSize: Policy {
 pub trait LabelSmoothing: Policy {
     /// The smoothing epsilon for `s.step`, in [0, 1).
     fn epsilon(&self, s: &State) -> f32;
+}
+
+/// Every reference policy's name, which is both its plugin file (`warmup.wasm` ...) and its
+/// `describe()` name, in the order `bench policies` reports them.
+pub const NAMES: [&str; 7] = [
+    "warmup",
+    "cosine",
+    "poly",
+    "constant",
+    "batch-ramp",
+    "constant-batch",
+    "label-smoothing",
+];
+
+/// A reference policy compiled natively: its output for a state, widened to f64 (exact for
+/// every kind), as the host compares it with the plugin's.
+pub type NativeFn = Box<dyn FnMut(&State) -> f64 + Send>;
+
+/// The native twin of the reference policy named `name` (its `describe()` name), configured
+/// with `params` over its defaults; `None` for a name that is not a reference policy.
+pub fn native(name: &str, params: &Params) -> Option<Result<NativeFn, String>> {
+    fn configure<P: Policy>(params: &Params) -> Result<P, String> {
+        P::configure(&Params::resolve(&P::info().params, params.0.clone())?)
+    }
+    fn schedule<P: Schedule + Send + 'static>(params: &Params) -> Result<NativeFn, String> {
+        let p = configure::<P>(params)?;
+        Ok(Box::new(move |s| p.learning_rate(s)))
+    }
+    fn batch<P: BatchSize + Send + 'static>(params: &Params) -> Result<NativeFn, String> {
+        let p = configure::<P>(params)?;
+        Ok(Box::new(move |s| f64::from(p.global_batch(s))))
+    }
+    fn smoothing<P: LabelSmoothing + Send + 'static>(params: &Params) -> Result<NativeFn, String> {
+        let p = configure::<P>(params)?;
+        Ok(Box::new(move |s| f64::from(p.epsilon(s))))
+    }
+    Some(match name {
+        "warmup" => schedule::<warmup::Warmup>(params),
+        "cosine" => schedule::<cosine::Cosine>(params),
+        "poly" => schedule::<poly::Poly>(params),
+        "constant" => schedule::<constant::Constant>(params),
+        "batch-ramp" => batch::<batch_ramp::BatchRamp>(params),
+        "constant-batch" => batch::<constant_batch::ConstantBatch>(params),
+        "label-smoothing" => smoothing::<label_smoothing::Smoothing>(params),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use super::*;
+    use testing::state_at;
+
+    #[test]
+    fn every_name_has_a_native_twin_with_its_defaults() {
+        for name in NAMES {
+            let mut f = native(name, &Params::default())
+                .unwrap_or_else(|| panic!("{name} is not in the registry"))
+                .unwrap_or_else(|e| panic!("{name} with its defaults: {e}"));
+            assert!(f(&state_at(1.0)).is_finite(), "{name}");
+        }
+    }
+
+    #[test]
+    fn each_twin_is_the_policy_of_that_describe_name() {
+        let names = [
+            warmup::Warmup::info().name,
+            cosine::Cosine::info().name,
+            poly::Poly::info().name,
+            constant::Constant::info().name,
+            batch_ramp::BatchRamp::info().name,
+            constant_batch::ConstantBatch::info().name,
+            label_smoothing::Smoothing::info().name,
+        ];
+        assert_eq!(names, NAMES);
+    }
+
+    #[test]
+    fn parameters_reach_the_twin_and_are_checked() {
+        let given = |name: &str, v: Value| Params(vec![(name.to_owned(), v)]);
+        let mut ramp = native("batch-ramp", &Params::default()).unwrap().unwrap();
+        assert_eq!(ramp(&state_at(89.0)), 8.0 * 8192.0);
+        let mut capped = native("batch-ramp", &given("max_batch", Value::Integer(8192)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(capped(&state_at(89.0)), 8192.0);
+        let e = native("warmup", &given("no_such", Value::Float(1.0)))
+            .unwrap()
+            .err()
+            .unwrap();
+        assert!(e.contains("unknown parameter 'no_such'"), "{e}");
+    }
+
+    #[test]
+    fn unknown_names_are_none() {
+        assert!(native("int8", &Params::default()).is_none());
+        assert!(native("", &Params::default()).is_none());
+        assert!(native("Warmup", &Params::default()).is_none());
+    }
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use wasmtime::{AsContextMut, Result};
 
 use super::contract::{Binding, PolicyKind};
 use super::sandbox::Sandbox;
-use super::v0_1::{self, Output};
-use super::v0_2;
+use super::types::Output;
+use super::{v0_1, v0_2};
 
 /// Export indices of one component, in the bindings of its version.
 pub enum Indices {

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use crate::{Error, Result};
+
 /// The WIT package every plugin implements.
 pub const PACKAGE: &str = "lsgd:policy";
 
@@ -163,10 +165,13 @@ pub struct Contract {
 }
 
 impl Contract {
-    /// Reads the contract off a component's export names; the error says what is wrong in
-    /// words a plugin author can act on.
-    pub fn detect<'a>(exports: impl IntoIterator<Item = &'a str>) -> Result<Contract, String> {
-        let exports: Vec<&str> = exports.into_iter().collect();
+    /// Reads the contract off a component's export names; the error ([`Error::Contract`]) says
+    /// what is wrong in words a plugin author can act on.
+    pub fn detect<'a>(exports: impl IntoIterator<Item = &'a str>) -> Result<Contract> {
+        Self::read(exports.into_iter().collect()).map_err(Error::Contract)
+    }
+
+    fn read(exports: Vec<&str>) -> Result<Contract, String> {
         let ours: Vec<(&str, &str)> = exports
             .iter()
             .filter_map(|e| e.strip_prefix(PACKAGE)?.strip_prefix('/'))

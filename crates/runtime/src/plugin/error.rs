@@ -1,31 +1,46 @@
 //! Errors of the plugin runtime. Every fault names the plugin file, the call and, where there is
 //! one, the training step, because a user staring at a failed 90-epoch run needs all three.
 
-use std::fmt;
-
 /// What went wrong inside or around a plugin.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Fault {
     /// The file could not be read, is not a component, or does not implement a supported world.
+    #[error("{0}")]
     Load(String),
     /// The host rejected a parameter before the plugin saw it (unknown name, wrong type).
+    #[error("bad parameter: {0}")]
     Param(String),
     /// The plugin's own `configure` returned an error.
+    #[error("rejected its parameters: {0}")]
     Configure(String),
     /// The guest trapped (panic, unreachable, out-of-bounds access ...).
+    #[error("trapped: {0}")]
     Trap(String),
     /// The call ran past its deadline.
+    #[error("exceeded its {ms} ms deadline (raise it with --plugin-deadline-ms)")]
     Deadline { ms: u64 },
     /// The guest tried to grow its memory past the cap.
+    #[error(
+        "tried to grow its memory to {} MiB, over the {} MiB cap (raise it with --plugin-memory-mb)",
+        .requested.div_ceil(1 << 20),
+        .cap >> 20
+    )]
     MemoryCap { cap: usize, requested: usize },
     /// The call returned a value the host refuses (NaN learning rate, batch 0 ...).
+    #[error("returned an invalid value: {0}")]
     BadOutput(String),
     /// A codec call returned its own error (e.g. a malformed payload).
+    #[error("returned an error: {0}")]
     Refused(String),
 }
 
 /// A plugin fault with the context needed to find it: file, call, step.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "plugin {plugin}: {call}{}: {fault}{}",
+    at_step(*.step),
+    stderr_tail(.guest_stderr.as_deref())
+)]
 pub struct PluginError {
     /// The plugin as the user named it (its file path).
     pub plugin: String,
@@ -58,49 +73,54 @@ impl PluginError {
     }
 }
 
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Fault::Load(m) => write!(f, "{m}"),
-            Fault::Param(m) => write!(f, "bad parameter: {m}"),
-            Fault::Configure(m) => write!(f, "rejected its parameters: {m}"),
-            Fault::Trap(m) => write!(f, "trapped: {m}"),
-            Fault::Deadline { ms } => write!(
-                f,
-                "exceeded its {ms} ms deadline (raise it with --plugin-deadline-ms)"
-            ),
-            Fault::MemoryCap { cap, requested } => write!(
-                f,
-                "tried to grow its memory to {} MiB, over the {} MiB cap (raise it with --plugin-memory-mb)",
-                requested.div_ceil(1 << 20),
-                cap >> 20
-            ),
-            Fault::BadOutput(m) => write!(f, "returned an invalid value: {m}"),
-            Fault::Refused(m) => write!(f, "returned an error: {m}"),
-        }
+/// ` at step N`, when the call had a step.
+fn at_step(step: Option<u64>) -> String {
+    step.map(|s| format!(" at step {s}")).unwrap_or_default()
+}
+
+/// The guest's stderr on indented lines after the message, when it wrote anything.
+fn stderr_tail(stderr: Option<&str>) -> String {
+    match stderr.filter(|s| !s.trim().is_empty()) {
+        Some(err) => format!(
+            "\n  plugin stderr: {}",
+            err.trim_end().replace('\n', "\n    ")
+        ),
+        None => String::new(),
     }
 }
 
-impl fmt::Display for PluginError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "plugin {}: {}", self.plugin, self.call)?;
-        if let Some(step) = self.step {
-            write!(f, " at step {step}")?;
-        }
-        write!(f, ": {}", self.fault)?;
-        if let Some(err) = self
-            .guest_stderr
-            .as_deref()
-            .filter(|s| !s.trim().is_empty())
-        {
-            write!(
-                f,
-                "\n  plugin stderr: {}",
-                err.trim_end().replace('\n', "\n    ")
-            )?;
-        }
-        Ok(())
-    }
+/// A wasmtime error with its chain of causes on one line.
+pub fn wasm_msg(e: &wasmtime::Error) -> String {
+    format!("{e:#}")
 }
 
-impl std::error::Error for PluginError {}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_plugin_the_call_the_step_and_the_guest_stderr() {
+        let e = PluginError::new("w.wasm", "configure", Fault::Param("x".into()));
+        assert_eq!(e.to_string(), "plugin w.wasm: configure: bad parameter: x");
+        let mut e = PluginError::new("w.wasm", "learning-rate", Fault::Trap("boom".into()));
+        e.guest_stderr = Some("panicked at\nsrc/lib.rs:3\n".into());
+        assert_eq!(
+            e.at_step(7).to_string(),
+            "plugin w.wasm: learning-rate at step 7: trapped: boom\n  plugin stderr: panicked at\n    src/lib.rs:3"
+        );
+        let cap = Fault::MemoryCap {
+            cap: 64 << 20,
+            requested: (64 << 20) + 1,
+        };
+        assert_eq!(
+            cap.to_string(),
+            "tried to grow its memory to 65 MiB, over the 64 MiB cap (raise it with --plugin-memory-mb)"
+        );
+        let mut quiet = PluginError::new("w.wasm", "epsilon", Fault::Deadline { ms: 10 });
+        quiet.guest_stderr = Some(" \n".into());
+        assert_eq!(
+            quiet.to_string(),
+            "plugin w.wasm: epsilon: exceeded its 10 ms deadline (raise it with --plugin-deadline-ms)"
+        );
+    }
+}

@@ -10,11 +10,10 @@ use wasmtime::{Engine, Store, Trap};
 use super::binding::{Bound, Indices};
 use super::cache::Origin;
 use super::contract::{Contract, PolicyKind};
-use super::error::{Fault, PluginError};
+use super::error::{Fault, PluginError, wasm_msg};
 use super::params;
-use super::runtime::{TICK, wasm_msg};
-use super::sandbox::{Limits, Sandbox};
-use super::v0_1::Output;
+use super::sandbox::{Limits, Sandbox, TICK};
+use super::types::Output;
 
 /// Setup calls (instantiation, describe, configure) may initialise a language runtime, and
 /// codec calls process up to ~1M floats, so they get this many times the per-call deadline,
@@ -92,8 +91,9 @@ impl Plugin {
             .bound
             .describe(&mut live.store)
             .map_err(|e| plugin.fault("describe", &live.store, e, true))?;
-        params::check_specs(&info.params)
-            .map_err(|m| PluginError::new(plugin.label.clone(), "describe", Fault::Load(m)))?;
+        params::check_specs(&info.params).map_err(|e| {
+            PluginError::new(plugin.label.clone(), "describe", Fault::Load(e.to_string()))
+        })?;
         plugin.params = params::resolve(&info.params, &[]).ok();
         plugin.info = info;
         plugin.live = Some(live);
@@ -139,8 +139,9 @@ impl Plugin {
     /// Type-checks `settings` against `describe()`, then configures a fresh instance with them
     /// (defaults filled in). The plugin's own rejection comes back as [`Fault::Configure`].
     pub fn configure(&mut self, settings: &[(String, String)]) -> Result<(), PluginError> {
-        let params = params::resolve(&self.info.params, settings)
-            .map_err(|m| PluginError::new(self.label.clone(), "configure", Fault::Param(m)))?;
+        let params = params::resolve(&self.info.params, settings).map_err(|e| {
+            PluginError::new(self.label.clone(), "configure", Fault::Param(e.to_string()))
+        })?;
         self.params = Some(params);
         self.reset()
     }

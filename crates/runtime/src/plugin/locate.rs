@@ -5,8 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-/// Resolves `arg` to an existing plugin file, or says everywhere it looked.
-pub fn locate(arg: &str) -> Result<PathBuf, String> {
+use crate::{Error, Result};
+
+/// Resolves `arg` to an existing plugin file, or says everywhere it looked
+/// ([`Error::NotFound`]).
+pub fn locate(arg: &str) -> Result<PathBuf> {
     let given = Path::new(arg);
     if given.exists() || given.components().count() > 1 {
         return Ok(given.to_path_buf());
@@ -21,13 +24,10 @@ pub fn locate(arg: &str) -> Result<PathBuf, String> {
         .map(|d| d.join(&file))
         .find(|p| p.is_file())
         .map(|p| p.canonicalize().unwrap_or(p))
-        .ok_or_else(|| {
-            let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-            format!(
-                "no plugin file `{arg}`: not a path, and no {file} in {} (set LSGD_PLUGIN_PATH, \
-                 or build the reference plugins with scripts/build-plugins.sh)",
-                looked.join(", ")
-            )
+        .ok_or_else(|| Error::NotFound {
+            arg: arg.to_string(),
+            looked: dirs.iter().map(|d| d.display().to_string()).collect(),
+            file: file.clone(),
         })
 }
 

@@ -4,12 +4,22 @@
 //! - [`contract`]: which world and WIT version a component implements;
 //! - [`v0_1`], [`v0_2`]: host bindings of `lsgd:policy@0.1` and `@0.2`, and [`binding`],
 //!   which puts them behind one type;
+//! - [`types`]: what does not change between versions — [`Output`], the generated types of
+//!   the latest version's WIT `types` interface (every version's bindings map theirs onto
+//!   them) and their conversions to and from `lsgd_policy`'s types, written once;
 //! - [`instance`]: one loaded plugin and its live instance;
 //! - [`locate`]: plugin names to files;
 //! - [`params`]: `--set` values type-checked against `describe()`;
 //! - [`sandbox`]: what an instance may touch (nothing) and its limits;
 //! - [`cache`]: compiled components on disk;
-//! - [`error`]: faults that name the plugin, the call and the step.
+//! - [`error`]: faults that name the plugin, the call and the step ([`PluginError`]).
+//!
+//! Imports run one way: `runtime` → `instance` → `binding` → `v0_*` → `types`, and everything
+//! may use `sandbox`, `error` and `contract`, which use nothing above them.
+//!
+//! A new contract version `v0_N` gets a module of its own whose bindgen maps its `types` onto
+//! [`types`]`::wit` with `with:`; [`types`] then generates from the new version's WIT (the older
+//! modules keep mapping onto it), and [`binding`] and [`contract`] gain a variant.
 
 pub mod binding;
 pub mod cache;
@@ -20,6 +30,7 @@ pub mod locate;
 pub mod params;
 pub mod runtime;
 pub mod sandbox;
+pub mod types;
 pub mod v0_1;
 pub mod v0_2;
 
@@ -29,4 +40,4 @@ pub use error::{Fault, PluginError};
 pub use instance::Plugin;
 pub use runtime::Runtime;
 pub use sandbox::Limits;
-pub use v0_1::Output;
+pub use types::Output;

@@ -5,10 +5,16 @@
 
 use lsgd_policy::{ParamSpec, ParamType, Params, Value};
 
+use crate::{Error, Result};
+
 /// Resolves raw `KEY=VALUE` settings into a full, typed parameter list in declaration order.
 /// The host parses each value by its declared type; defaults, order and required parameters
 /// are `lsgd_policy::Params::resolve`'s, the same rules a guest applies.
-pub fn resolve(
+pub fn resolve(specs: &[ParamSpec], settings: &[(String, String)]) -> Result<Vec<(String, Value)>> {
+    resolve_text(specs, settings).map_err(Error::Param)
+}
+
+fn resolve_text(
     specs: &[ParamSpec],
     settings: &[(String, String)],
 ) -> Result<Vec<(String, Value)>, String> {
@@ -34,20 +40,23 @@ pub fn resolve(
 }
 
 /// Checks that a plugin's declared defaults have the types it declared.
-pub fn check_specs(specs: &[ParamSpec]) -> Result<(), String> {
+pub fn check_specs(specs: &[ParamSpec]) -> Result<()> {
     for (i, spec) in specs.iter().enumerate() {
         if specs[..i].iter().any(|s| s.name == spec.name) {
-            return Err(format!("declares parameter `{}` twice", spec.name));
+            return Err(Error::Param(format!(
+                "declares parameter `{}` twice",
+                spec.name
+            )));
         }
         if let Some(default) = &spec.default
             && !matches(&spec.ty, default)
         {
-            return Err(format!(
+            return Err(Error::Param(format!(
                 "parameter `{}` is declared {} but its default is {}",
                 spec.name,
                 type_name(&spec.ty),
                 render(default)
-            ));
+            )));
         }
     }
     Ok(())
@@ -180,24 +189,25 @@ mod tests {
 
     #[test]
     fn errors_name_the_parameter_and_what_it_expects() {
-        let e = resolve(&specs(), &set(&[("warmup_epoch", "5")])).unwrap_err();
+        let err = |kv: &[(&str, &str)]| resolve(&specs(), &set(kv)).unwrap_err().to_string();
+        let e = err(&[("warmup_epoch", "5")]);
         assert!(
             e.contains("unknown parameter `warmup_epoch`")
                 && e.contains("warmup_epochs, milestones"),
             "{e}"
         );
-        let e = resolve(&specs(), &set(&[("seed", "1"), ("warmup_epochs", "five")])).unwrap_err();
+        let e = err(&[("seed", "1"), ("warmup_epochs", "five")]);
         assert!(
             e.contains("`warmup_epochs` expects a finite number, got `five`"),
             "{e}"
         );
-        let e = resolve(&specs(), &set(&[("seed", "1"), ("warmup_epochs", "inf")])).unwrap_err();
+        let e = err(&[("seed", "1"), ("warmup_epochs", "inf")]);
         assert!(e.contains("finite"), "{e}");
-        let e = resolve(&specs(), &set(&[("seed", "1"), ("warmup", "linear")])).unwrap_err();
+        let e = err(&[("seed", "1"), ("warmup", "linear")]);
         assert!(e.contains("one of gradual, none"), "{e}");
-        let e = resolve(&specs(), &set(&[])).unwrap_err();
+        let e = err(&[]);
         assert!(e.contains("missing required parameter 'seed'"), "{e}");
-        let e = resolve(&specs(), &set(&[("seed", "1"), ("milestones", "30,x")])).unwrap_err();
+        let e = err(&[("seed", "1"), ("milestones", "30,x")]);
         assert!(e.contains("comma-separated"), "{e}");
     }
 
@@ -208,11 +218,12 @@ mod tests {
         assert!(
             check_specs(&s)
                 .unwrap_err()
+                .to_string()
                 .contains("declared float but its default is 5")
         );
         let mut s = specs();
         s.push(s[0].clone());
-        assert!(check_specs(&s).unwrap_err().contains("twice"));
+        assert!(check_specs(&s).unwrap_err().to_string().contains("twice"));
         assert!(check_specs(&specs()).is_ok());
     }
 }

@@ -5,19 +5,16 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, OptLevel};
 
 use super::cache::Cache;
 use super::contract::{Contract, PolicyKind};
-use super::error::{Fault, PluginError};
-use super::instance::Plugin;
-use super::sandbox::{Limits, Sandbox};
-
-/// Length of one epoch tick; deadlines are whole numbers of ticks.
-pub const TICK: Duration = Duration::from_millis(1);
+use super::error::{Fault, PluginError, wasm_msg};
+use super::instance::{Facts, Plugin};
+use super::sandbox::{Limits, Sandbox, TICK};
+use crate::Result;
 
 /// Loads and runs policy plugins.
 pub struct Runtime {
@@ -29,7 +26,7 @@ pub struct Runtime {
 
 impl Runtime {
     /// A runtime with the given cache and default limits for every plugin it loads.
-    pub fn new(cache: Cache, limits: Limits) -> anyhow::Result<Self> {
+    pub fn new(cache: Cache, limits: Limits) -> Result<Self> {
         let mut config = Config::new();
         // Policies are synchronous; without WASIp3 concurrency a call costs ~155 ns, not ~500.
         config.concurrency_support(false);
@@ -38,10 +35,10 @@ impl Runtime {
         // Every rank must compute identical policy outputs; canonical NaNs remove the one
         // place where hardware could differ.
         config.cranelift_nan_canonicalization(true);
-        let engine = Engine::new(&config).map_err(wasm_err)?;
+        let engine = Engine::new(&config)?;
         spawn_ticker(&engine);
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(wasm_err)?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         Ok(Runtime {
             engine,
             linker: Arc::new(linker),
@@ -72,8 +69,8 @@ impl Runtime {
         arg: &str,
         kind: Option<PolicyKind>,
         settings: &[(String, String)],
-    ) -> anyhow::Result<Plugin> {
-        let path = super::locate::locate(arg).map_err(anyhow::Error::msg)?;
+    ) -> Result<Plugin> {
+        let path = super::locate::locate(arg)?;
         let mut plugin = self.load(&path, kind)?;
         plugin.configure(settings)?;
         Ok(plugin)
@@ -100,7 +97,9 @@ impl Runtime {
             .cache
             .load(&self.engine, &bytes)
             .map_err(|e| load_err(format!("not a valid component: {}", wasm_msg(&e))))?;
-        let contract = self.contract(&component).map_err(load_err)?;
+        let contract = self
+            .contract(&component)
+            .map_err(|e| load_err(e.to_string()))?;
         if let Some(kind) = expect.filter(|k| *k != contract.kind) {
             return Err(load_err(format!(
                 "is a {} plugin (world {}), but {} takes a {} plugin (world {})",
@@ -127,7 +126,7 @@ impl Runtime {
             self.engine.clone(),
             pre,
             contract,
-            super::instance::Facts {
+            Facts {
                 size: bytes.len(),
                 origin,
                 imports,
@@ -137,7 +136,7 @@ impl Runtime {
         )
     }
 
-    fn contract(&self, component: &Component) -> Result<Contract, String> {
+    fn contract(&self, component: &Component) -> Result<Contract> {
         let ty = component.component_type();
         Contract::detect(ty.exports(&self.engine).map(|(name, _)| name))
     }
@@ -156,14 +155,4 @@ fn spawn_ticker(engine: &Engine) {
             }
         })
         .expect("spawning the epoch ticker thread");
-}
-
-/// Converts wasmtime's error type into anyhow's.
-pub fn wasm_err(e: wasmtime::Error) -> anyhow::Error {
-    anyhow::anyhow!("{}", wasm_msg(&e))
-}
-
-/// A wasmtime error with its chain of causes on one line.
-pub fn wasm_msg(e: &wasmtime::Error) -> String {
-    format!("{e:#}")
 }

@@ -14,6 +14,9 @@ use wasmtime_wasi::{
     HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
 };
 
+/// Length of one epoch tick of the engine's ticker; deadlines are whole numbers of ticks.
+pub const TICK: Duration = Duration::from_millis(1);
+
 /// Resource limits applied to every plugin instance.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {

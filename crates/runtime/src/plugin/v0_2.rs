@@ -1,7 +1,7 @@
 //! Host bindings for `lsgd:policy@0.2.x` (`wit/v0.2.0/`): 0.1's interfaces unchanged plus
-//! `codec`. The `types` interface is identical to 0.1's, so its generated Rust types (and the
-//! conversions in [`super::v0_1`]) are reused; what is new here is the codec's calls and the
-//! conversion between its WIT records and `lsgd_codec`'s types.
+//! `codec`. Its `types` interface maps onto the shared generated types of [`super::types`],
+//! where their conversions live; what is new here is the codec's calls and the conversion
+//! between its WIT records and `lsgd_codec`'s types.
 
 use lsgd_codec::{Combine, Element, Meta, Properties};
 use lsgd_policy::{Info, State, Value};
@@ -10,13 +10,13 @@ use wasmtime::{AsContextMut, Result};
 
 use super::contract::PolicyKind;
 use super::sandbox::Sandbox;
-use super::v0_1::{Output, info, train_state, wit_params};
+use super::types::{Output, info, train_state, wit_params};
 
 mod bindings {
     wasmtime::component::bindgen!({
-        path: "../wit/v0.2.0",
+        path: "../../wit/v0.2.0",
         world: "host-view",
-        with: { "lsgd:policy/types@0.2.0": crate::plugin::v0_1::wit },
+        with: { "lsgd:policy/types@0.2.0": crate::plugin::types::wit },
     });
 }
 

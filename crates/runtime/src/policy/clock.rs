@@ -7,6 +7,8 @@
 
 use lsgd_policy::State;
 
+use crate::{Error, Result};
+
 /// The fixed shape of a run, from the command line or config.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunShape {
@@ -25,31 +27,32 @@ pub struct RunShape {
 }
 
 impl RunShape {
-    /// Checks the shape makes sense before any policy sees it.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the shape makes sense before any policy sees it; the error
+    /// ([`Error::Shape`]) names the flag to fix.
+    pub fn validate(&self) -> Result<()> {
         if self.epochs == 0 {
-            return Err("--epochs must be at least 1".into());
+            return Err(shape("--epochs must be at least 1"));
         }
         if self.samples_per_epoch == 0 {
-            return Err("an epoch must have at least one sample".into());
+            return Err(shape("an epoch must have at least one sample"));
         }
         if self.world_size == 0 {
-            return Err("--world-size must be at least 1".into());
+            return Err(shape("--world-size must be at least 1"));
         }
         if self.initial_batch == 0 || !self.initial_batch.is_multiple_of(self.world_size) {
-            return Err(format!(
+            return Err(shape(format!(
                 "--global-batch {} must be a positive multiple of the world size {}",
                 self.initial_batch, self.world_size
-            ));
+            )));
         }
         if self.reference_batch == 0 {
-            return Err("--reference-batch must be at least 1".into());
+            return Err(shape("--reference-batch must be at least 1"));
         }
         if !(self.base_lr.is_finite() && self.base_lr >= 0.0) {
-            return Err(format!(
+            return Err(shape(format!(
                 "--base-lr must be finite and >= 0, got {}",
                 self.base_lr
-            ));
+            )));
         }
         Ok(())
     }
@@ -59,6 +62,10 @@ impl RunShape {
         self.samples_per_epoch
             .saturating_mul(u64::from(self.epochs))
     }
+}
+
+fn shape(message: impl Into<String>) -> Error {
+    Error::Shape(message.into())
 }
 
 /// Where training is: step, samples consumed, last loss and metric.
@@ -73,7 +80,7 @@ pub struct Clock {
 
 impl Clock {
     /// A clock at step 0; the shape must be valid.
-    pub fn new(shape: RunShape) -> Result<Self, String> {
+    pub fn new(shape: RunShape) -> Result<Self> {
         shape.validate()?;
         Ok(Clock {
             shape,
@@ -213,9 +220,14 @@ mod tests {
     fn invalid_shapes_are_refused_with_the_flag_name() {
         let mut s = shape();
         s.initial_batch = 255;
-        assert!(Clock::new(s).unwrap_err().contains("--global-batch 255"));
+        assert!(
+            Clock::new(s)
+                .unwrap_err()
+                .to_string()
+                .contains("--global-batch 255")
+        );
         let mut s = shape();
         s.base_lr = f64::NAN;
-        assert!(Clock::new(s).unwrap_err().contains("--base-lr"));
+        assert!(Clock::new(s).unwrap_err().to_string().contains("--base-lr"));
     }
 }

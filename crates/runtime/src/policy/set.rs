@@ -7,6 +7,7 @@ use lsgd_policy::State;
 
 use super::clock::Clock;
 use crate::plugin::{Fault, Output, Plugin, PluginError, PolicyKind};
+use crate::{Error, Result};
 
 /// What the policies decided for one step.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,8 +36,8 @@ impl Default for Bounds {
 }
 
 /// A policy formula compiled into the host, its output widened to f64 like
-/// [`Output::as_f64`].
-pub type NativeFn = Box<dyn FnMut(&State) -> f64>;
+/// [`Output::as_f64`]; `lsgd_policy::native` builds the reference policies' twins.
+pub use lsgd_policy::NativeFn;
 
 /// The loaded policies of a run; absent ones fall back to constant behaviour (the base LR
 /// unscaled, the initial batch, no smoothing, uncompressed gradients).
@@ -62,8 +63,9 @@ fn index(kind: PolicyKind) -> usize {
 }
 
 impl PolicySet {
-    /// Puts each plugin in its slot; two plugins of one kind are refused.
-    pub fn new(plugins: Vec<Plugin>, bounds: Bounds) -> Result<Self, String> {
+    /// Puts each plugin in its slot; two plugins of one kind are refused
+    /// ([`Error::Duplicate`]).
+    pub fn new(plugins: Vec<Plugin>, bounds: Bounds) -> Result<Self> {
         let mut set = PolicySet {
             plugins: [None, None, None],
             codec: None,
@@ -77,11 +79,11 @@ impl PolicySet {
                 _ => &mut set.plugins[index(kind)],
             };
             if let Some(old) = slot {
-                return Err(format!(
-                    "two {kind} plugins given: {} and {}",
-                    old.label(),
-                    p.label()
-                ));
+                return Err(Error::Duplicate {
+                    kind,
+                    first: old.label().to_string(),
+                    second: p.label().to_string(),
+                });
             }
             *slot = Some(p);
         }
