@@ -9,7 +9,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # One Python virtual environment for every Python tool the project uses (libtorch for the
 # trainer, guest toolchains such as componentize-py); created by setup.sh.
 export LSGD_VENV="${LSGD_VENV:-$LSGD_CACHE_ROOT/venv}"
-# tch builds against the venv's libtorch; host/build.rs embeds its path as an rpath. The path is
+# tch builds against the venv's libtorch; crates/train/build.rs embeds its path as an rpath. The path is
 # known before setup.sh creates the venv (scripts source this file first), so it is computed
 # from the interpreter the venv is made with, not looked up.
 if [ -z "${LIBTORCH:-}" ]; then

@@ -16,9 +16,22 @@ bash scripts/build-plugins.sh
 bash scripts/build-guests.sh  # C, Python, JavaScript, Go plugins (toolchains, clippy'd build tool)
 
 step "clippy: host (native) and guests (wasm32-wasip2)"
-cargo clippy --locked -p lsgd-host -p lsgd-policy -p lsgd-codec --all-targets -- -D warnings
+crates=(-p lsgd-host -p lsgd-runtime -p lsgd-collective -p lsgd-train -p lsgd-policy -p lsgd-codec)
+cargo clippy --locked "${crates[@]}" --all-targets -- -D warnings
 mapfile -t guests < <(bash scripts/build-plugins.sh --list)
 cargo clippy --locked --profile plugin --target wasm32-wasip2 "${guests[@]/#/-p=}" -- -D warnings
+
+step "crate boundaries"
+# The plugin runtime builds without libtorch and MPI, the collectives without libtorch and
+# wasmtime (docs/architecture.md); a dependency that creeps in fails here.
+forbidden() {  # crate, pattern of dependencies it must not pull in
+  if cargo tree --locked -p "$1" -e normal --prefix none | grep -E "^($2) v" >&2; then
+    echo "$1 must not depend on the crates above" >&2
+    exit 1
+  fi
+}
+forbidden lsgd-runtime 'tch|torch-sys|mpi|mpi-sys'
+forbidden lsgd-collective 'tch|torch-sys|wasmtime'
 
 step "examples"
 # The dev build shares its dependencies with `cargo test`; a release build would compile
@@ -33,5 +46,5 @@ step "tests"
 # Doc examples are guest code (`ignore` blocks), so only library, binary and integration tests run.
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-cargo test --locked -p lsgd-host -p lsgd-policy -p lsgd-codec --lib --bins --tests 2>&1 | tee "$log"
+cargo test --locked "${crates[@]}" --lib --bins --tests 2>&1 | tee "$log"
 awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntests: %d passed, %d failed\n", p, f; exit (p == 0 || f > 0) }' "$log"

@@ -1,5 +1,5 @@
-//! Makes the binary find libtorch without environment variables, and links libtorch_cuda only
-//! where it can be used.
+//! Makes the binaries (lsgd-host and the test binaries of this crate and the host) find
+//! libtorch without environment variables, and links libtorch_cuda only where it can be used.
 //!
 //! - An rpath to the libtorch that torch-sys linked, so `lsgd-host` runs from anywhere.
 //! - rustc links with `--as-needed`, which drops torch-sys's `-ltorch -ltorch_cuda` because no
@@ -32,7 +32,7 @@ fn cuda_libs_resolve(lib: &Path) -> bool {
 }
 
 fn main() {
-    println!("cargo:rerun-if-changed=build.rs");
+    // No rerun-if-changed: the host shares this script, and cargo rebuilds a changed script anyway.
     println!("cargo:rerun-if-env-changed=LIBTORCH");
     println!("cargo:rerun-if-env-changed=LSGD_LINK_CUDA");
     let lib = torch_lib_dir();

@@ -11,39 +11,43 @@ use lsgd_host::optim::{SgdConfig, SgdForm};
 use lsgd_host::plugin::Plugin;
 use lsgd_host::policy::{Bounds, PolicySet};
 use lsgd_host::train::metrics::{self, Record};
-use lsgd_host::train::{self, DeviceChoice, Reporting, TrainConfig};
+use lsgd_host::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
 
 use crate::common::*;
 
 /// A small CPU run on `train` training samples; one thread, so it is deterministic.
 fn config(out: PathBuf, arch: Arch, train: usize, epochs: u32, batch: u32) -> TrainConfig {
     TrainConfig {
-        model: ModelSpec {
-            arch,
-            depth: 8,
-            zero_init_residual: arch == Arch::Resnet,
+        run: RunConfig {
+            model: ModelSpec {
+                arch,
+                depth: 8,
+                zero_init_residual: arch == Arch::Resnet,
+            },
+            sgd: SgdConfig::default(),
+            epochs,
+            global_batch: batch,
+            max_micro_batch: 512,
+            base_lr: 0.1,
+            reference_batch: 256,
+            max_batch: 1 << 20,
+            seed: 7,
+            train_subset: Some(train),
+            test_subset: Some(1000),
+            bucket_mb: 25.0,
+            error_feedback: false,
         },
-        sgd: SgdConfig::default(),
-        epochs,
-        global_batch: batch,
-        max_micro_batch: 512,
-        base_lr: 0.1,
-        reference_batch: 256,
-        max_batch: 1 << 20,
-        seed: 7,
-        threads: 1,
-        data: PathBuf::from(DEFAULT_DIR),
-        train_subset: Some(train),
-        test_subset: Some(1000),
-        device: DeviceChoice::Cpu,
-        out,
-        checkpoint_every: 0,
-        stop_after_steps: None,
-        csv: false,
-        allreduce: Algorithm::Mpi,
-        bucket_mb: 25.0,
-        consistency_every: 100,
-        error_feedback: false,
+        invocation: Invocation {
+            threads: 1,
+            data: PathBuf::from(DEFAULT_DIR),
+            device: DeviceChoice::Cpu,
+            out,
+            checkpoint_every: 0,
+            stop_after_steps: None,
+            csv: false,
+            allreduce: Algorithm::Mpi,
+            consistency_every: 100,
+        },
     }
 }
 
@@ -107,25 +111,34 @@ fn n_steps_straight_equal_half_resume_half_bit_for_bit() {
     // 600 samples at batch 64: batches straddle epochs, the LR warms up over the first epoch
     // and drops at 1.5, ε ramps; Goyal's SGD form so the last LR matters on resume.
     let mut straight = config(scratch("train-straight"), Arch::Cnn, 600, 2, 64);
-    straight.sgd.form = SgdForm::Goyal;
-    straight.sgd.nesterov = true;
+    straight.run.sgd.form = SgdForm::Goyal;
+    straight.run.sgd.nesterov = true;
     let a = train::run(&straight, warmup_and_smoothing(), None, quiet()).unwrap();
     assert_eq!(a.steps, 19);
 
     let mut first = straight.clone();
-    first.out = scratch("train-split");
-    first.stop_after_steps = Some(9);
+    first.invocation.out = scratch("train-split");
+    first.invocation.stop_after_steps = Some(9);
     let half = train::run(&first, warmup_and_smoothing(), None, quiet()).unwrap();
     assert_eq!(half.steps, 9);
     assert_ne!(half.weights_blake3, a.weights_blake3);
     let mut second = first.clone();
-    second.stop_after_steps = None;
-    let b = train::run(&second, warmup_and_smoothing(), Some(&first.out), quiet()).unwrap();
+    second.invocation.stop_after_steps = None;
+    let b = train::run(
+        &second,
+        warmup_and_smoothing(),
+        Some(&first.invocation.out),
+        quiet(),
+    )
+    .unwrap();
     assert_eq!(b.steps, 19);
     assert_eq!(b.weights_blake3, a.weights_blake3, "resumed weights differ");
     assert_eq!(b.last_eval.unwrap(), a.last_eval.unwrap());
     // The resumed run's metrics hold every step once, with the same losses and LRs.
-    let (sa, sb) = (steps(&straight.out), steps(&first.out));
+    let (sa, sb) = (
+        steps(&straight.invocation.out),
+        steps(&first.invocation.out),
+    );
     assert_eq!(
         sb.iter().map(|s| s.step).collect::<Vec<_>>(),
         (0..19).collect::<Vec<_>>()
@@ -141,13 +154,13 @@ fn n_steps_straight_equal_half_resume_half_bit_for_bit() {
 #[test]
 fn a_resume_with_other_settings_or_plugins_is_refused() {
     let mut cfg = config(scratch("train-mismatch"), Arch::Mlp, 300, 1, 100);
-    cfg.stop_after_steps = Some(1);
+    cfg.invocation.stop_after_steps = Some(1);
     train::run(&cfg, warmup_and_smoothing(), None, quiet()).unwrap();
     let mut other = cfg.clone();
-    other.seed = 8;
+    other.run.seed = 8;
     let rt = runtime();
     let different = policies(vec![load(&rt, "cosine", &[]).unwrap()]);
-    let e = train::run(&other, different, Some(&cfg.out), quiet()).unwrap_err();
+    let e = train::run(&other, different, Some(&cfg.invocation.out), quiet()).unwrap_err();
     let msg = format!("{e:#}");
     assert!(
         msg.contains("--seed: checkpoint has 7, this run has 8"),
@@ -167,10 +180,10 @@ fn a_plugin_fault_mid_run_saves_a_checkpoint_first() {
     assert!(msg.contains("bad-schedule.wasm"), "{msg}");
     assert!(msg.contains("learning-rate at step 4"), "{msg}");
     assert!(msg.contains("state before step 4 saved to"), "{msg}");
-    let meta = checkpoint_meta(&cfg.out);
+    let meta = checkpoint_meta(&cfg.invocation.out);
     assert_eq!(meta["step"], 4);
     assert_eq!(meta["reason"], "plugin fault");
-    assert_eq!(steps(&cfg.out).len(), 4);
+    assert_eq!(steps(&cfg.invocation.out).len(), 4);
 }
 
 #[test]
@@ -189,7 +202,7 @@ fn a_damaged_data_file_is_named() {
     )
     .unwrap();
     let mut cfg = config(scratch("train-bad-data-out"), Arch::Mlp, 100, 1, 50);
-    cfg.data = dir.clone();
+    cfg.invocation.data = dir.clone();
     let e = train::run(&cfg, policies(vec![]), None, quiet()).unwrap_err();
     let msg = format!("{e:#}");
     assert!(
@@ -259,7 +272,7 @@ fn run_reads_a_config_file_where_flags_win_and_plot_draws_the_curves() {
 #[test]
 fn cuda_runs_where_there_is_a_gpu_and_is_refused_clearly_where_not() {
     let mut cfg = config(scratch("train-cuda"), Arch::Cnn, 512, 1, 128);
-    cfg.device = DeviceChoice::Cuda;
+    cfg.invocation.device = DeviceChoice::Cuda;
     match train::run(&cfg, policies(vec![]), None, quiet()) {
         Ok(s) => {
             assert!(tch::Cuda::is_available());

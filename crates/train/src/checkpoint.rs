@@ -13,11 +13,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
-use super::config::TrainConfig;
+use crate::config::TrainConfig;
+use crate::{Error, Result};
 
 /// Identifies the checkpoint format.
 pub const FORMAT: &str = "lsgd-host checkpoint 1";
@@ -78,10 +78,14 @@ pub fn save(dir: &Path, mut meta: Meta, tensors: &[(String, Tensor)]) -> Result<
     let final_tensors = dir.join(&name);
     let tmp_tensors = dir.join(format!("{name}.tmp"));
     Tensor::write_safetensors(tensors, &tmp_tensors)
-        .with_context(|| format!("cannot write {}", tmp_tensors.display()))?;
-    let bytes = fs::read(&tmp_tensors)?;
+        .map_err(|e| Error::Checkpoint(format!("cannot write {}: {e}", tmp_tensors.display())))?;
+    let bytes = fs::read(&tmp_tensors)
+        .map_err(Error::io(format!("cannot read {}", tmp_tensors.display())))?;
     meta.tensors_blake3 = blake3::hash(&bytes).to_hex().to_string();
-    fs::rename(&tmp_tensors, &final_tensors)?;
+    fs::rename(&tmp_tensors, &final_tensors).map_err(Error::io(format!(
+        "cannot write {}",
+        final_tensors.display()
+    )))?;
 
     let json_path = dir.join(JSON_NAME);
     let previous = fs::read(&json_path)
@@ -90,9 +94,14 @@ pub fn save(dir: &Path, mut meta: Meta, tensors: &[(String, Tensor)]) -> Result<
         .map(|m| m.tensors);
     meta.tensors = name.clone();
     let tmp_json = dir.join(format!("{JSON_NAME}.tmp"));
-    fs::write(&tmp_json, serde_json::to_vec_pretty(&meta)?)
-        .with_context(|| format!("cannot write {}", tmp_json.display()))?;
-    fs::rename(&tmp_json, &json_path)?;
+    let json = serde_json::to_vec_pretty(&meta).map_err(|source| Error::Json {
+        context: format!("cannot write {}", tmp_json.display()),
+        source,
+    })?;
+    fs::write(&tmp_json, json)
+        .map_err(Error::io(format!("cannot write {}", tmp_json.display())))?;
+    fs::rename(&tmp_json, &json_path)
+        .map_err(Error::io(format!("cannot write {}", json_path.display())))?;
     if let Some(old) = previous.filter(|old| *old != name) {
         let _ = fs::remove_file(dir.join(old));
     }
@@ -106,37 +115,42 @@ pub fn load(path: &Path) -> Result<(Meta, Vec<(String, Tensor)>)> {
     } else {
         path.to_path_buf()
     };
-    let bytes = fs::read(&json_path)
-        .with_context(|| format!("cannot read checkpoint {}", json_path.display()))?;
-    let meta: Meta = serde_json::from_slice(&bytes).with_context(|| {
-        format!(
+    let bytes = fs::read(&json_path).map_err(Error::io(format!(
+        "cannot read checkpoint {}",
+        json_path.display()
+    )))?;
+    let meta: Meta = serde_json::from_slice(&bytes).map_err(|source| Error::Json {
+        context: format!(
             "{} is not an lsgd-host checkpoint (expected the JSON written next to checkpoint-*.safetensors)",
             json_path.display()
-        )
+        ),
+        source,
     })?;
     if meta.format != FORMAT {
-        bail!(
+        return Err(Error::Checkpoint(format!(
             "{}: checkpoint format `{}`, this lsgd-host reads `{FORMAT}`",
             json_path.display(),
             meta.format
-        );
+        )));
     }
     let tensor_path = json_path
         .parent()
         .unwrap_or(Path::new("."))
         .join(&meta.tensors);
-    let tensor_bytes = fs::read(&tensor_path)
-        .with_context(|| format!("cannot read checkpoint tensors {}", tensor_path.display()))?;
+    let tensor_bytes = fs::read(&tensor_path).map_err(Error::io(format!(
+        "cannot read checkpoint tensors {}",
+        tensor_path.display()
+    )))?;
     let hash = blake3::hash(&tensor_bytes).to_hex().to_string();
     if hash != meta.tensors_blake3 {
-        bail!(
+        return Err(Error::Checkpoint(format!(
             "{} is damaged: its blake3 is {hash}, {} recorded {}",
             tensor_path.display(),
             json_path.display(),
             meta.tensors_blake3
-        );
+        )));
     }
     let tensors = Tensor::read_safetensors(&tensor_path)
-        .with_context(|| format!("cannot decode {}", tensor_path.display()))?;
+        .map_err(|e| Error::Checkpoint(format!("cannot decode {}: {e}", tensor_path.display())))?;
     Ok((meta, tensors))
 }

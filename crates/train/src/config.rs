@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-use crate::collective::Algorithm;
+use crate::Error;
 use crate::model::ModelSpec;
 use crate::optim::SgdConfig;
+use lsgd_collective::Algorithm;
 
 /// Where tensors live.
 #[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,9 +23,22 @@ pub enum DeviceChoice {
     Cuda,
 }
 
-/// The settings of a training run.
+/// The settings of a training run: what defines the run, and what only this invocation.
+/// Both halves are flattened into one JSON object in checkpoints.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct TrainConfig {
+    /// What the run computes; a resume must match it exactly.
+    #[serde(flatten)]
+    pub run: RunConfig,
+    /// How this process runs it; free to change on resume.
+    #[serde(flatten)]
+    pub invocation: Invocation,
+}
+
+/// The settings that define a run: two runs with equal `RunConfig`s (and the same plugins
+/// and data) train the same model, so a resume must have an equal one.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RunConfig {
     /// The network.
     pub model: ModelSpec,
     /// The optimiser.
@@ -34,7 +48,7 @@ pub struct TrainConfig {
     /// Global batch at step 0 (what a batch-size policy sees as configured).
     pub global_batch: u32,
     /// Largest micro-batch one forward/backward pass may take; larger per-worker batches are
-    /// accumulated over several passes.
+    /// accumulated over several passes (it sets the BatchNorm batch).
     pub max_micro_batch: u32,
     /// Learning rate at `reference_batch`.
     pub base_lr: f64,
@@ -44,14 +58,25 @@ pub struct TrainConfig {
     pub max_batch: u32,
     /// Seed of initialisation and data order.
     pub seed: u64,
+    /// Train on the first N training samples only.
+    pub train_subset: Option<usize>,
+    /// Evaluate on the first N test samples only (the metric policies see).
+    pub test_subset: Option<usize>,
+    /// Gradient bucket size, MiB (a codec's buckets and residuals follow it).
+    pub bucket_mb: f64,
+    /// Keep the codec's compression error per bucket and add it to the next step's gradient.
+    #[serde(default)]
+    pub error_feedback: bool,
+}
+
+/// The settings of one invocation: where it writes, how it reports and how it uses this
+/// machine. A resume may change any of them (or the number of ranks).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Invocation {
     /// Intra-op threads of libtorch.
     pub threads: usize,
     /// Directory of IDX files.
     pub data: PathBuf,
-    /// Train on the first N training samples only.
-    pub train_subset: Option<usize>,
-    /// Evaluate on the first N test samples only.
-    pub test_subset: Option<usize>,
     /// Where tensors live.
     pub device: DeviceChoice,
     /// Run directory (metrics, checkpoints).
@@ -64,82 +89,149 @@ pub struct TrainConfig {
     pub csv: bool,
     /// The gradient all-reduce algorithm (with more than one rank).
     pub allreduce: Algorithm,
-    /// Gradient bucket size, MiB.
-    pub bucket_mb: f64,
     /// Compare weights and policy outputs across ranks every N steps (0: only at the end).
     pub consistency_every: u64,
-    /// Keep the codec's compression error per bucket and add it to the next step's gradient.
-    #[serde(default)]
-    pub error_feedback: bool,
 }
 
 impl TrainConfig {
     /// Refuses settings that cannot train.
-    pub fn validate(&self) -> Result<(), String> {
-        self.model.validate()?;
-        self.sgd.validate()?;
-        if self.max_micro_batch == 0 {
-            return Err("--max-micro-batch must be at least 1".into());
+    pub fn validate(&self) -> Result<(), Error> {
+        let run = &self.run;
+        run.model.validate()?;
+        run.sgd.validate()?;
+        if run.max_micro_batch == 0 {
+            return Err(Error::Config("--max-micro-batch must be at least 1".into()));
         }
-        if !(self.bucket_mb.is_finite() && self.bucket_mb > 0.0) {
-            return Err(format!("--bucket-mb {} must be above 0", self.bucket_mb));
+        if !(run.bucket_mb.is_finite() && run.bucket_mb > 0.0) {
+            return Err(Error::Config(format!(
+                "--bucket-mb {} must be above 0",
+                run.bucket_mb
+            )));
         }
-        if self.threads == 0 {
-            return Err("--threads must be at least 1".into());
+        if self.invocation.threads == 0 {
+            return Err(Error::Config("--threads must be at least 1".into()));
         }
         Ok(())
     }
+}
 
-    /// The settings a resumed run must share with the checkpoint for the continuation to be
-    /// the same run; each difference is described with its flag.
-    pub fn resume_mismatches(&self, saved: &TrainConfig) -> Vec<String> {
+impl RunConfig {
+    /// How `self` differs from the run a checkpoint saved, one line per setting, named by its
+    /// flag; empty when they are equal.
+    pub fn mismatches(&self, saved: &RunConfig) -> Vec<String> {
+        if self == saved {
+            return Vec::new();
+        }
+        let (now, then) = (json(self), json(saved));
         let mut out = Vec::new();
-        let mut check = |flag: &str, now: String, then: String| {
-            if now != then {
-                out.push(format!("{flag}: checkpoint has {then}, this run has {now}"));
-            }
-        };
-        check(
-            "--model/--depth/--zero-init-residual",
-            format!("{:?}", self.model),
-            format!("{:?}", saved.model),
-        );
-        check(
-            "optimiser flags",
-            format!("{:?}", self.sgd),
-            format!("{:?}", saved.sgd),
-        );
-        check(
-            "--epochs",
-            self.epochs.to_string(),
-            saved.epochs.to_string(),
-        );
-        check(
-            "--global-batch",
-            self.global_batch.to_string(),
-            saved.global_batch.to_string(),
-        );
-        check(
-            "--base-lr",
-            self.base_lr.to_string(),
-            saved.base_lr.to_string(),
-        );
-        check(
-            "--reference-batch",
-            self.reference_batch.to_string(),
-            saved.reference_batch.to_string(),
-        );
-        check("--seed", self.seed.to_string(), saved.seed.to_string());
-        check(
-            "--error-feedback",
-            self.error_feedback.to_string(),
-            saved.error_feedback.to_string(),
-        );
-        check(
-            "--train-subset",
-            format!("{:?}", self.train_subset),
-            format!("{:?}", saved.train_subset),
-        );
+        diff(&now, &then, &mut out);
         out
+    }
+}
+
+fn json(c: &RunConfig) -> serde_json::Value {
+    serde_json::to_value(c).expect("a RunConfig serialises")
+}
+
+/// Appends a line for every leaf of `now` that differs from `then`, descending into the nested
+/// settings (model, optimiser) so that each line names one flag.
+fn diff(now: &serde_json::Value, then: &serde_json::Value, out: &mut Vec<String>) {
+    let (Some(now), Some(then)) = (now.as_object(), then.as_object()) else {
+        return;
+    };
+    for (key, a) in now {
+        let b = then.get(key).unwrap_or(&serde_json::Value::Null);
+        if a == b {
+            continue;
+        }
+        if a.is_object() && b.is_object() {
+            diff(a, b, out);
+        } else {
+            out.push(format!(
+                "{}: checkpoint has {b}, this run has {a}",
+                flag(key)
+            ));
+        }
+    }
+}
+
+/// The command-line flag of a setting (its field name, except where the flag is a negation
+/// or names the setting differently).
+fn flag(field: &str) -> String {
+    match field {
+        "arch" => "--model".into(),
+        "form" => "--sgd-form".into(),
+        "decay_bn_and_bias" => "--no-decay-bn-bias".into(),
+        "momentum_correction" => "--no-momentum-correction".into(),
+        other => format!("--{}", other.replace('_', "-")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Arch;
+
+    fn run() -> RunConfig {
+        RunConfig {
+            model: ModelSpec {
+                arch: Arch::Cnn,
+                depth: 20,
+                zero_init_residual: false,
+            },
+            sgd: SgdConfig::default(),
+            epochs: 2,
+            global_batch: 64,
+            max_micro_batch: 512,
+            base_lr: 0.1,
+            reference_batch: 256,
+            max_batch: 1 << 20,
+            seed: 7,
+            train_subset: Some(600),
+            test_subset: None,
+            bucket_mb: 25.0,
+            error_feedback: false,
+        }
+    }
+
+    #[test]
+    fn equal_runs_have_no_mismatch_and_each_difference_names_its_flag() {
+        assert!(run().mismatches(&run()).is_empty());
+        let mut other = run();
+        other.seed = 8;
+        other.sgd.nesterov = true;
+        other.model.arch = Arch::Mlp;
+        other.train_subset = None;
+        assert_eq!(
+            other.mismatches(&run()),
+            [
+                "--model: checkpoint has \"cnn\", this run has \"mlp\"",
+                "--seed: checkpoint has 7, this run has 8",
+                "--nesterov: checkpoint has false, this run has true",
+                "--train-subset: checkpoint has 600, this run has null",
+            ]
+        );
+    }
+
+    #[test]
+    fn both_halves_flatten_into_one_json_object_as_before_the_split() {
+        let c = TrainConfig {
+            run: run(),
+            invocation: Invocation {
+                threads: 1,
+                data: PathBuf::from("d"),
+                device: DeviceChoice::Cpu,
+                out: PathBuf::from("o"),
+                checkpoint_every: 0,
+                stop_after_steps: None,
+                csv: false,
+                allreduce: Algorithm::Mpi,
+                consistency_every: 100,
+            },
+        };
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["seed"], 7);
+        assert_eq!(v["out"], "o");
+        assert_eq!(serde_json::from_value::<TrainConfig>(v).unwrap(), c);
     }
 }

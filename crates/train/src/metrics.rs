@@ -4,10 +4,11 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
 
 /// One optimiser step.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -89,19 +90,20 @@ const EVAL_HEADER: &str = "step,epoch,test_loss,test_acc,elapsed_s";
 
 /// Reads every record of a metrics.jsonl file.
 pub fn read(path: &Path) -> Result<Vec<Record>> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let file = File::open(path).map_err(Error::io(format!("cannot open {}", path.display())))?;
     BufReader::new(file)
         .lines()
         .enumerate()
         .filter(|(_, l)| !matches!(l, Ok(text) if text.trim().is_empty()))
         .map(|(i, line)| {
-            let line = line.with_context(|| format!("cannot read {}", path.display()))?;
-            serde_json::from_str(&line).with_context(|| {
-                format!(
+            let line = line.map_err(Error::io(format!("cannot read {}", path.display())))?;
+            serde_json::from_str(&line).map_err(|source| Error::Json {
+                context: format!(
                     "{}:{}: not a metrics record (expected a JSON object with \"kind\": \"step\" or \"eval\")",
                     path.display(),
                     i + 1
-                )
+                ),
+                source,
             })
         })
         .collect()
@@ -109,6 +111,8 @@ pub fn read(path: &Path) -> Result<Vec<Record>> {
 
 /// Appends records to the metrics files of a run directory.
 pub struct MetricsWriter {
+    /// The run directory, for error messages.
+    dir: PathBuf,
     jsonl: BufWriter<File>,
     csv: Option<(BufWriter<File>, BufWriter<File>)>,
 }
@@ -128,12 +132,14 @@ impl MetricsWriter {
         // Written beside and renamed over the old file, so a crash here loses nothing.
         let tmp = dir.join("metrics.jsonl.tmp");
         let mut w = MetricsWriter {
+            dir: dir.to_path_buf(),
             jsonl: BufWriter::new(create(&tmp)?),
             csv: if csv {
                 let mut s = BufWriter::new(create(&dir.join("metrics.csv"))?);
                 let mut e = BufWriter::new(create(&dir.join("eval.csv"))?);
-                writeln!(s, "{STEP_HEADER}")?;
-                writeln!(e, "{EVAL_HEADER}")?;
+                let io = |p: &str| Error::io(format!("cannot write {}", dir.join(p).display()));
+                writeln!(s, "{STEP_HEADER}").map_err(io("metrics.csv"))?;
+                writeln!(e, "{EVAL_HEADER}").map_err(io("eval.csv"))?;
                 Some((s, e))
             } else {
                 None
@@ -143,12 +149,19 @@ impl MetricsWriter {
             w.write(r)?;
         }
         w.flush()?;
-        fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))?;
+        fs::rename(&tmp, &path).map_err(Error::io(format!("cannot replace {}", path.display())))?;
         Ok(w)
     }
 
     /// Appends one record.
     pub fn write(&mut self, record: &Record) -> Result<()> {
+        self.append(record).map_err(Error::io(format!(
+            "cannot write metrics in {}",
+            self.dir.display()
+        )))
+    }
+
+    fn append(&mut self, record: &Record) -> std::io::Result<()> {
         serde_json::to_writer(&mut self.jsonl, record)?;
         self.jsonl.write_all(b"\n")?;
         if let Some((steps, evals)) = &mut self.csv {
@@ -183,12 +196,14 @@ impl MetricsWriter {
 
     /// Pushes buffered records to disk (at evaluations, checkpoints and the end).
     pub fn flush(&mut self) -> Result<()> {
-        self.jsonl.flush()?;
-        if let Some((s, e)) = &mut self.csv {
-            s.flush()?;
-            e.flush()?;
-        }
-        Ok(())
+        let flushed = self.jsonl.flush().and_then(|()| match &mut self.csv {
+            Some((s, e)) => s.flush().and_then(|()| e.flush()),
+            None => Ok(()),
+        });
+        flushed.map_err(Error::io(format!(
+            "cannot write metrics in {}",
+            self.dir.display()
+        )))
     }
 }
 
@@ -198,5 +213,5 @@ fn create(path: &Path) -> Result<File> {
         .create(true)
         .truncate(true)
         .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))
+        .map_err(Error::io(format!("cannot write {}", path.display())))
 }

@@ -37,13 +37,13 @@ impl DataTensors {
         train_subset: Option<usize>,
         test_subset: Option<usize>,
         device: Device,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, crate::Error> {
         let pick = |split: &Split, subset: Option<usize>, flag: &str| match subset {
-            Some(0) => Err(format!("{flag} must be at least 1")),
-            Some(n) if n > split.len => Err(format!(
+            Some(0) => Err(crate::Error::Config(format!("{flag} must be at least 1"))),
+            Some(n) if n > split.len => Err(crate::Error::Config(format!(
                 "{flag} {n} is larger than the split ({} samples)",
                 split.len
-            )),
+            ))),
             Some(n) => Ok(n),
             None => Ok(split.len),
         };

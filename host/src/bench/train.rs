@@ -20,7 +20,7 @@ use crate::optim::SgdConfig;
 use crate::plugin::{PolicyKind, Runtime};
 use crate::policy::{Bounds, PolicySet};
 use crate::train::metrics::{self, Record};
-use crate::train::{self, DeviceChoice, Reporting, TrainConfig};
+use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
 
 /// The PyTorch script, embedded so the benchmark works from an installed binary.
 const PYTORCH_SCRIPT: &str = include_str!("../../bench/pytorch_train.py");
@@ -112,32 +112,36 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
     let out = std::env::temp_dir().join(format!("lsgd-bench-train-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let config = TrainConfig {
-        model: ModelSpec {
-            arch: setup.model,
-            depth: 20,
-            zero_init_residual: false,
+        run: RunConfig {
+            model: ModelSpec {
+                arch: setup.model,
+                depth: 20,
+                zero_init_residual: false,
+            },
+            sgd: SgdConfig::default(),
+            epochs: 1000,
+            global_batch: setup.batch,
+            max_micro_batch: setup.batch,
+            base_lr: 0.1,
+            reference_batch: setup.batch,
+            max_batch: setup.batch,
+            seed: 0,
+            train_subset: None,
+            test_subset: Some(1),
+            bucket_mb: 25.0,
+            error_feedback: false,
         },
-        sgd: SgdConfig::default(),
-        epochs: 1000,
-        global_batch: setup.batch,
-        max_micro_batch: setup.batch,
-        base_lr: 0.1,
-        reference_batch: setup.batch,
-        max_batch: setup.batch,
-        seed: 0,
-        threads: setup.threads,
-        data: setup.data.clone(),
-        train_subset: None,
-        test_subset: Some(1),
-        device: DeviceChoice::Cpu,
-        out: out.clone(),
-        checkpoint_every: 0,
-        stop_after_steps: Some(setup.warmup + setup.steps),
-        csv: false,
-        allreduce: Algorithm::Mpi,
-        bucket_mb: 25.0,
-        consistency_every: 100,
-        error_feedback: false,
+        invocation: Invocation {
+            threads: setup.threads,
+            data: setup.data.clone(),
+            device: DeviceChoice::Cpu,
+            out: out.clone(),
+            checkpoint_every: 0,
+            stop_after_steps: Some(setup.warmup + setup.steps),
+            csv: false,
+            allreduce: Algorithm::Mpi,
+            consistency_every: 100,
+        },
     };
     let bounds = Bounds {
         max_batch: setup.batch,
@@ -207,9 +211,9 @@ struct Timed {
 
 /// Trains as `config` says and reads back the timed steps (those from `warmup` on).
 fn timed_run(config: &TrainConfig, policies: PolicySet, warmup: u64) -> Result<Timed> {
-    let _ = std::fs::remove_dir_all(&config.out);
+    let _ = std::fs::remove_dir_all(&config.invocation.out);
     train::run(config, policies, None, Reporting { quiet: true })?;
-    let steps: Vec<_> = metrics::read(&config.out.join("metrics.jsonl"))?
+    let steps: Vec<_> = metrics::read(&config.invocation.out.join("metrics.jsonl"))?
         .into_iter()
         .filter_map(|r| match r {
             Record::Step(s) if s.step >= warmup => Some(s),

@@ -9,7 +9,7 @@ use super::args::{LimitArgs, PolicyArgs};
 use crate::collective::{Algorithm, World};
 use crate::model::{Arch, ModelSpec};
 use crate::optim::{SgdConfig, SgdForm};
-use crate::train::{self, DeviceChoice, Reporting, TrainConfig};
+use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
 
 /// Arguments of `run`. Every flag can also be a key of the `--config` TOML file.
 #[derive(Args, Debug)]
@@ -123,6 +123,25 @@ pub struct RunArgs {
 impl RunArgs {
     fn train_config(&self) -> TrainConfig {
         TrainConfig {
+            run: self.run_config(),
+            invocation: Invocation {
+                threads: self
+                    .threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+                data: self.data.clone(),
+                device: self.device,
+                out: self.out.clone(),
+                checkpoint_every: self.checkpoint_every,
+                stop_after_steps: self.stop_after_steps,
+                csv: self.csv,
+                allreduce: self.allreduce,
+                consistency_every: self.consistency_every,
+            },
+        }
+    }
+
+    fn run_config(&self) -> RunConfig {
+        RunConfig {
             model: ModelSpec {
                 arch: self.model,
                 depth: self.depth,
@@ -143,20 +162,9 @@ impl RunArgs {
             reference_batch: self.reference_batch,
             max_batch: self.limits.max_batch,
             seed: self.seed,
-            threads: self
-                .threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-            data: self.data.clone(),
             train_subset: self.train_subset,
             test_subset: self.test_subset,
-            device: self.device,
-            out: self.out.clone(),
-            checkpoint_every: self.checkpoint_every,
-            stop_after_steps: self.stop_after_steps,
-            csv: self.csv,
-            allreduce: self.allreduce,
             bucket_mb: self.bucket_mb,
-            consistency_every: self.consistency_every,
             error_feedback: self.error_feedback,
         }
     }
@@ -186,7 +194,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             e.loss,
             summary.steps,
             summary.samples_per_s,
-            config.out.join("metrics.jsonl").display()
+            config.invocation.out.join("metrics.jsonl").display()
         ),
         None => println!(
             "stopped after {} steps (no epoch completed); checkpoint {}",

@@ -74,6 +74,34 @@ pub fn read_idx(path: &Path) -> Result<IdxArray, DataError> {
     };
     let mut read = |n: u64, capacity: u64| read_up_to(&mut reader, n, capacity).map_err(read_err);
 
+    let (dims, expected) = header(path, &mut read)?;
+
+    // One byte past the end tells trailing data apart, and makes a gzip decoder reach the
+    // end of its stream, where it checks the checksum.
+    let want = expected as u64 + 1;
+    let data = read(want, want.min(FIRST_CAPACITY))?;
+    if data.len() == expected {
+        return Ok(IdxArray { dims, data });
+    }
+    let mut found = data.len() as u64;
+    if found > expected as u64 {
+        // Counted without storing, and only up to the cap, so the message says how much.
+        found += io::copy(&mut (&mut reader).take(MAX_BYTES), &mut io::sink()).map_err(read_err)?;
+    }
+    Err(DataError::Length {
+        path: path.to_path_buf(),
+        dims,
+        expected,
+        found,
+    })
+}
+
+/// The magic and dimensions of an IDX file of u8 elements: the dimensions and the number of
+/// data bytes they call for (refused above [`MAX_BYTES`]).
+fn header(
+    path: &Path,
+    read: &mut impl FnMut(u64, u64) -> Result<Vec<u8>, DataError>,
+) -> Result<(Vec<usize>, usize), DataError> {
     let magic = read(4, 4)?;
     if magic.len() < 4 || magic[..2] != [0, 0] {
         return Err(DataError::NotIdx {
@@ -106,31 +134,13 @@ pub fn read_idx(path: &Path) -> Result<IdxArray, DataError> {
         .filter(|&p| p <= MAX_BYTES)
         .and_then(|p| usize::try_from(p).ok());
     let dims: Vec<usize> = dims.into_iter().map(|d| d as usize).collect();
-    let Some(expected) = product else {
-        return Err(DataError::TooLarge {
+    match product {
+        Some(expected) => Ok((dims, expected)),
+        None => Err(DataError::TooLarge {
             path: path.to_path_buf(),
             dims,
-        });
-    };
-
-    // One byte past the end tells trailing data apart, and makes a gzip decoder reach the
-    // end of its stream, where it checks the checksum.
-    let want = expected as u64 + 1;
-    let data = read(want, want.min(FIRST_CAPACITY))?;
-    if data.len() == expected {
-        return Ok(IdxArray { dims, data });
+        }),
     }
-    let mut found = data.len() as u64;
-    if found > expected as u64 {
-        // Counted without storing, and only up to the cap, so the message says how much.
-        found += io::copy(&mut (&mut reader).take(MAX_BYTES), &mut io::sink()).map_err(read_err)?;
-    }
-    Err(DataError::Length {
-        path: path.to_path_buf(),
-        dims,
-        expected,
-        found,
-    })
 }
 
 /// Up to `n` bytes, fewer only at the end of the stream; errors only for real failures, unlike

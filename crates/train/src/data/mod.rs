@@ -2,7 +2,6 @@
 //! `--data DIR`. Every error names the file and what was expected, since a wrong, partial or
 //! damaged download is the usual cause and the path is what a person needs to fix it.
 
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -41,16 +40,19 @@ pub struct Dataset {
 
 /// Why a data file or directory cannot be used; each variant keeps the path so the message
 /// can say which file to replace.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum DataError {
     /// The file could not be opened or read (the OS error says why).
+    #[error("{path}: cannot read: {source}")]
     Io {
         /// The file.
         path: PathBuf,
         /// What the OS said.
+        #[source]
         source: io::Error,
     },
     /// Neither the plain nor the gzipped name of a required file is in the directory.
+    #[error("{dir}: cannot find {}", or_list(.tried))]
     Missing {
         /// The directory searched.
         dir: PathBuf,
@@ -58,13 +60,19 @@ pub enum DataError {
         tried: Vec<String>,
     },
     /// A gzip file whose stream does not decode, as after a damaged or partial download.
+    #[error("{path}: gzip stream is corrupt: {source}")]
     Gzip {
         /// The file.
         path: PathBuf,
         /// What the decoder said.
+        #[source]
         source: io::Error,
     },
     /// The first bytes are not an IDX magic, so this is some other kind of file.
+    #[error(
+        "{path}: not an IDX file (magic 00 00 08 xx expected, found {})",
+        magic_text(.found)
+    )]
     NotIdx {
         /// The file.
         path: PathBuf,
@@ -72,6 +80,10 @@ pub enum DataError {
         found: Vec<u8>,
     },
     /// An IDX element type other than u8, the only one the data sets use.
+    #[error(
+        "{path}: expected element type 0x08 (u8), found 0x{found:02X} ({})",
+        idx::type_name(*.found)
+    )]
     ElementType {
         /// The file.
         path: PathBuf,
@@ -79,6 +91,11 @@ pub enum DataError {
         found: u8,
     },
     /// The header ends before the sizes of all its dimensions.
+    #[error(
+        "{path}: truncated header: {ndims} dimensions need {} bytes of sizes, file has \
+         {found}",
+        4 * usize::from(*.ndims)
+    )]
     TruncatedHeader {
         /// The file.
         path: PathBuf,
@@ -88,6 +105,11 @@ pub enum DataError {
         found: usize,
     },
     /// The dimensions multiply to more than [`MAX_BYTES`], which only a corrupt header does.
+    #[error(
+        "{path}: header says {} elements, more than the limit of {} bytes",
+        dims_text(.dims),
+        MAX_BYTES
+    )]
     TooLarge {
         /// The file.
         path: PathBuf,
@@ -95,6 +117,11 @@ pub enum DataError {
         dims: Vec<usize>,
     },
     /// The data is shorter (truncated) or longer (trailing bytes) than the header says.
+    #[error(
+        "{path}: {}: header says {}{expected} bytes of data, file has {found}",
+        length_problem(*.expected, *.found),
+        dims_product(.dims)
+    )]
     Length {
         /// The file.
         path: PathBuf,
@@ -106,6 +133,12 @@ pub enum DataError {
         found: u64,
     },
     /// A file with the wrong number of dimensions for its role (images or labels).
+    #[error(
+        "{path}: expected {expected} dimension{} ({role}), found {}: {}",
+        plural_s(*.expected),
+        .dims.len(),
+        dims_text(.dims)
+    )]
     Rank {
         /// The file.
         path: PathBuf,
@@ -117,6 +150,10 @@ pub enum DataError {
         dims: Vec<usize>,
     },
     /// A label file whose count differs from its split's images.
+    #[error(
+        "{path}: expected {expected} labels to match the images in {}, found {found}",
+        file_name(.images)
+    )]
     CountMismatch {
         /// The label file.
         path: PathBuf,
@@ -128,6 +165,12 @@ pub enum DataError {
         found: usize,
     },
     /// Test images of another shape than the train images.
+    #[error(
+        "{path}: expected {} images to match {}, found {}",
+        shape_text(*.expected),
+        file_name(.train),
+        shape_text(*.found)
+    )]
     ShapeMismatch {
         /// The test image file.
         path: PathBuf,
@@ -139,6 +182,7 @@ pub enum DataError {
         found: (usize, usize),
     },
     /// Train labels that make fewer than two classes, which cannot be a classification task.
+    #[error("{path}: expected labels of at least 2 classes (largest label + 1), found {found}")]
     TooFewClasses {
         /// The train label file.
         path: PathBuf,
@@ -146,6 +190,11 @@ pub enum DataError {
         found: usize,
     },
     /// A test label of a class the train labels never use.
+    #[error(
+        "{path}: expected labels below {classes} (the classes in {}), found {found} at \
+         index {index}",
+        file_name(.train)
+    )]
     LabelRange {
         /// The test label file.
         path: PathBuf,
@@ -174,134 +223,47 @@ fn file_name(path: &Path) -> String {
         .into_owned()
 }
 
-impl fmt::Display for DataError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use DataError::*;
-        match self {
-            Io { path, source } => write!(f, "{}: cannot read: {source}", path.display()),
-            Missing { dir, tried } => {
-                write!(f, "{}: cannot find {}", dir.display(), tried.join(" or "))
-            }
-            Gzip { path, source } => {
-                write!(f, "{}: gzip stream is corrupt: {source}", path.display())
-            }
-            NotIdx { path, found } => {
-                let bytes: Vec<String> = found.iter().map(|b| format!("{b:02x}")).collect();
-                let end = match found.len() {
-                    0 => "end of file",
-                    4 => "",
-                    _ => " then end of file",
-                };
-                write!(
-                    f,
-                    "{}: not an IDX file (magic 00 00 08 xx expected, found {}{end})",
-                    path.display(),
-                    bytes.join(" ")
-                )
-            }
-            ElementType { path, found } => write!(
-                f,
-                "{}: expected element type 0x08 (u8), found 0x{found:02X} ({})",
-                path.display(),
-                idx::type_name(*found)
-            ),
-            TruncatedHeader { path, ndims, found } => write!(
-                f,
-                "{}: truncated header: {ndims} dimensions need {} bytes of sizes, file has {found}",
-                path.display(),
-                4 * usize::from(*ndims)
-            ),
-            TooLarge { path, dims } => write!(
-                f,
-                "{}: header says {} elements, more than the limit of {MAX_BYTES} bytes",
-                path.display(),
-                dims_text(dims)
-            ),
-            Length {
-                path,
-                dims,
-                expected,
-                found,
-            } => {
-                let what = if *found < *expected as u64 {
-                    "truncated"
-                } else {
-                    "trailing bytes"
-                };
-                let product = match dims.len() {
-                    1 => String::new(),
-                    _ => format!("{} = ", dims_text(dims)),
-                };
-                write!(
-                    f,
-                    "{}: {what}: header says {product}{expected} bytes of data, file has {found}",
-                    path.display()
-                )
-            }
-            Rank {
-                path,
-                role,
-                expected,
-                dims,
-            } => write!(
-                f,
-                "{}: expected {expected} dimension{} ({role}), found {}: {}",
-                path.display(),
-                if *expected == 1 { "" } else { "s" },
-                dims.len(),
-                dims_text(dims)
-            ),
-            CountMismatch {
-                path,
-                images,
-                expected,
-                found,
-            } => write!(
-                f,
-                "{}: expected {expected} labels to match the images in {}, found {found}",
-                path.display(),
-                file_name(images)
-            ),
-            ShapeMismatch {
-                path,
-                train,
-                expected: (er, ec),
-                found: (fr, fc),
-            } => write!(
-                f,
-                "{}: expected {er}×{ec} images to match {}, found {fr}×{fc}",
-                path.display(),
-                file_name(train)
-            ),
-            TooFewClasses { path, found } => write!(
-                f,
-                "{}: expected labels of at least 2 classes (largest label + 1), found {found}",
-                path.display()
-            ),
-            LabelRange {
-                path,
-                train,
-                classes,
-                index,
-                found,
-            } => write!(
-                f,
-                "{}: expected labels below {classes} (the classes in {}), found {found} at index \
-                 {index}",
-                path.display(),
-                file_name(train)
-            ),
-        }
+/// `a or b.gz`, the names a missing file was looked for under.
+fn or_list(names: &[String]) -> String {
+    names.join(" or ")
+}
+
+/// The bytes found where the magic should be, in hex, and whether the file ended there.
+fn magic_text(found: &[u8]) -> String {
+    let bytes: Vec<String> = found.iter().map(|b| format!("{b:02x}")).collect();
+    let end = match found.len() {
+        0 => "end of file",
+        4 => "",
+        _ => " then end of file",
+    };
+    format!("{}{end}", bytes.join(" "))
+}
+
+/// Which way the data length is wrong: `truncated` when short, `trailing bytes` when long.
+fn length_problem(expected: usize, found: u64) -> &'static str {
+    if found < expected as u64 {
+        "truncated"
+    } else {
+        "trailing bytes"
     }
 }
 
-impl std::error::Error for DataError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            DataError::Io { source, .. } | DataError::Gzip { source, .. } => Some(source),
-            _ => None,
-        }
+/// `2×3 = ` before the byte count, left out for one dimension, where it would repeat it.
+fn dims_product(dims: &[usize]) -> String {
+    match dims.len() {
+        1 => String::new(),
+        _ => format!("{} = ", dims_text(dims)),
     }
+}
+
+/// The plural ending of `dimension` for `n` of them.
+fn plural_s(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// `28×28`, an image shape `(rows, cols)` in the notation of the messages.
+fn shape_text((rows, cols): (usize, usize)) -> String {
+    format!("{rows}×{cols}")
 }
 
 /// `dir/base` if it exists, else `dir/base.gz`: the plain file first, as the quicker read.

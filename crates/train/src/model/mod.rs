@@ -53,18 +53,18 @@ pub struct ModelSpec {
 
 impl ModelSpec {
     /// Refuses settings that do not describe a model.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::Error> {
         if self.arch == Arch::Resnet && (self.depth < 8 || !(self.depth - 2).is_multiple_of(6)) {
-            return Err(format!(
+            return Err(crate::Error::Config(format!(
                 "--depth {} is not a ResNet depth: use 6n + 2 with n ≥ 1 (8, 14, 20, 32 …)",
                 self.depth
-            ));
+            )));
         }
         if self.zero_init_residual && self.arch != Arch::Resnet {
-            return Err(format!(
+            return Err(crate::Error::Config(format!(
                 "--zero-init-residual applies to residual blocks; --model {} has none",
                 self.arch
-            ));
+            )));
         }
         Ok(())
     }

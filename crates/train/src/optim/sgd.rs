@@ -17,8 +17,11 @@
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
+use tch::Tensor;
 use tch::nn::VarStore;
-use tch::{Kind, Tensor};
+
+use super::{LrScale, Optimizer, Param, state_tensor};
+use crate::Error;
 
 /// Which update equations to use.
 #[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,67 +67,66 @@ impl Default for SgdConfig {
 
 impl SgdConfig {
     /// Refuses settings that are not an optimiser.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Error> {
         if !(0.0..1.0).contains(&self.momentum) {
-            return Err(format!("--momentum {} must be in [0, 1)", self.momentum));
+            return Err(Error::Config(format!(
+                "--momentum {} must be in [0, 1)",
+                self.momentum
+            )));
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(format!(
+            return Err(Error::Config(format!(
                 "--weight-decay {} must be finite and >= 0",
                 self.weight_decay
-            ));
+            )));
         }
         if self.nesterov && self.momentum == 0.0 {
-            return Err("--nesterov needs a --momentum above 0".into());
+            return Err(Error::Config(
+                "--nesterov needs a --momentum above 0".into(),
+            ));
         }
         Ok(())
     }
 }
 
-struct Param {
-    name: String,
-    weight: Tensor,
-    decay: f64,
-    /// `v` (pytorch form) or `u` (goyal form).
-    history: Tensor,
-}
+/// Prefix of the history tensors in [`Sgd`]'s state.
+const HISTORY: &str = "optim.history.";
 
-/// The optimiser over every trainable variable of a store, in name order so its state has
-/// the same layout in every process and checkpoint.
+/// SGD with momentum over every trainable variable of a store.
 pub struct Sgd {
     config: SgdConfig,
     params: Vec<Param>,
+    /// Weight decay of each parameter (0 for those excluded).
+    decay: Vec<f64>,
+    /// `v` (pytorch form) or `u` (goyal form) of each parameter.
+    history: Vec<Tensor>,
     last_lr: Option<f64>,
+    /// Each parameter's LR multiplier at the last step: the Goyal form's momentum correction
+    /// is the ratio of a parameter's effective rates, η_{t+1}·s_{t+1} / (η_t·s_t).
+    last_scale: Vec<f64>,
 }
-
-/// Prefix of the history tensors in [`Sgd::state`].
-const HISTORY: &str = "optim.history.";
 
 impl Sgd {
     /// An optimiser for the trainable variables of `vs`, with zero history.
     pub fn new(vs: &VarStore, config: SgdConfig) -> Self {
-        let mut vars: Vec<(String, Tensor)> = vs
-            .variables()
-            .into_iter()
-            .filter(|(_, t)| t.requires_grad())
-            .collect();
-        vars.sort_by(|a, b| a.0.cmp(&b.0));
-        let params = vars
-            .into_iter()
-            .map(|(name, weight)| {
-                let excluded = !config.decay_bn_and_bias && weight.dim() < 2;
-                let history = weight.zeros_like().set_requires_grad(false);
-                Param {
-                    name,
-                    decay: if excluded { 0.0 } else { config.weight_decay },
-                    weight,
-                    history,
-                }
+        let params = Param::trainable(vs);
+        let decay = params
+            .iter()
+            .map(|p| {
+                let excluded = !config.decay_bn_and_bias && p.tensor.dim() < 2;
+                if excluded { 0.0 } else { config.weight_decay }
             })
+            .collect();
+        let history = params
+            .iter()
+            .map(|p| p.tensor.zeros_like().set_requires_grad(false))
             .collect();
         Sgd {
             config,
+            last_scale: vec![1.0; params.len()],
             params,
+            decay,
+            history,
             last_lr: None,
         }
     }
@@ -133,112 +135,112 @@ impl Sgd {
     pub fn decayed(&self) -> Vec<&str> {
         self.params
             .iter()
-            .filter(|p| p.decay != 0.0)
-            .map(|p| p.name.as_str())
+            .zip(&self.decay)
+            .filter(|(_, d)| **d != 0.0)
+            .map(|(p, _)| p.name.as_str())
             .collect()
     }
 
-    /// The trainable tensors, in the optimiser's (name) order.
-    pub fn weights(&self) -> impl Iterator<Item = (&str, &Tensor)> {
-        self.params.iter().map(|p| (p.name.as_str(), &p.weight))
-    }
-
-    /// Clears the accumulated gradients before a step's first micro-batch.
-    pub fn zero_grad(&mut self) {
-        for p in &mut self.params {
-            p.weight.zero_grad();
-        }
-    }
-
-    /// Applies one update at learning rate `lr` from the accumulated gradients.
-    pub fn step(&mut self, lr: f64) {
-        let _guard = tch::no_grad_guard();
+    /// The step of one parameter with gradient-plus-decay `d` at rate `lr`, updating its
+    /// history; `correction` is the Goyal form's momentum correction.
+    fn direction(&self, i: usize, d: Tensor, lr: f64, correction: f64) -> Tensor {
         let SgdConfig {
             momentum: m,
             nesterov,
             form,
             ..
         } = self.config;
-        let correction = match (form, self.config.momentum_correction, self.last_lr) {
-            (SgdForm::Goyal, true, Some(prev)) if prev != 0.0 => lr / prev,
-            _ => 1.0,
-        };
-        for p in &mut self.params {
-            let mut d = p.weight.grad();
+        let history = &self.history[i];
+        match form {
+            SgdForm::Pytorch if m == 0.0 => d * lr,
+            SgdForm::Pytorch => {
+                let _ = history.shallow_clone().g_mul_scalar_(m).g_add_(&d);
+                if nesterov {
+                    (&d + history * m) * lr
+                } else {
+                    history * lr
+                }
+            }
+            SgdForm::Goyal => {
+                let scaled = &d * lr;
+                if m == 0.0 {
+                    return scaled;
+                }
+                let _ = history
+                    .shallow_clone()
+                    .g_mul_scalar_(m * correction)
+                    .g_add_(&scaled);
+                if nesterov {
+                    history * m + scaled
+                } else {
+                    history.shallow_clone()
+                }
+            }
+        }
+    }
+}
+
+impl Optimizer for Sgd {
+    fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    fn step(&mut self, lr: f64, scale: &LrScale) {
+        let _guard = tch::no_grad_guard();
+        for i in 0..self.params.len() {
+            let s = scale.of(i);
+            // Multiplying by a scale of 1 is exact, so unscaled runs keep their bits.
+            let rate = if s == 1.0 { lr } else { lr * s };
+            let correction = match (
+                self.config.form,
+                self.config.momentum_correction,
+                self.last_lr,
+            ) {
+                (SgdForm::Goyal, true, Some(prev)) if prev != 0.0 => {
+                    if s == self.last_scale[i] {
+                        lr / prev
+                    } else {
+                        rate / (prev * self.last_scale[i])
+                    }
+                }
+                _ => 1.0,
+            };
+            self.last_scale[i] = s;
+            let weight = &self.params[i].tensor;
+            let mut d = weight.grad();
             if !d.defined() {
                 continue;
             }
-            if p.decay != 0.0 {
-                d = &d + &p.weight * p.decay;
+            if self.decay[i] != 0.0 {
+                d = &d + weight * self.decay[i];
             }
-            let step = match form {
-                SgdForm::Pytorch => {
-                    if m == 0.0 {
-                        d * lr
-                    } else {
-                        let _ = p.history.g_mul_scalar_(m).g_add_(&d);
-                        if nesterov {
-                            (&d + &p.history * m) * lr
-                        } else {
-                            &p.history * lr
-                        }
-                    }
-                }
-                SgdForm::Goyal => {
-                    let scaled = &d * lr;
-                    if m == 0.0 {
-                        scaled
-                    } else {
-                        let _ = p.history.g_mul_scalar_(m * correction).g_add_(&scaled);
-                        if nesterov {
-                            &p.history * m + scaled
-                        } else {
-                            p.history.shallow_clone()
-                        }
-                    }
-                }
-            };
-            let _ = p.weight.g_sub_(&step);
+            let step = self.direction(i, d, rate, correction);
+            let _ = weight.shallow_clone().g_sub_(&step);
         }
         self.last_lr = Some(lr);
     }
 
-    /// The LR of the last step (the denominator of the next momentum correction).
-    pub fn last_lr(&self) -> Option<f64> {
+    fn last_lr(&self) -> Option<f64> {
         self.last_lr
     }
 
-    /// The history tensors under stable names, for a checkpoint.
-    pub fn state(&self) -> Vec<(String, Tensor)> {
+    fn state(&self) -> Vec<(String, Tensor)> {
         self.params
             .iter()
-            .map(|p| (format!("{HISTORY}{}", p.name), p.history.shallow_clone()))
+            .zip(&self.history)
+            .map(|(p, h)| (format!("{HISTORY}{}", p.name), h.shallow_clone()))
             .collect()
     }
 
-    /// Restores the history and last LR saved by [`Sgd::state`] / [`Sgd::last_lr`].
-    pub fn load_state(
+    fn load_state(
         &mut self,
         tensors: &[(String, Tensor)],
         last_lr: Option<f64>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let _guard = tch::no_grad_guard();
-        for p in &mut self.params {
+        for (p, h) in self.params.iter().zip(&mut self.history) {
             let key = format!("{HISTORY}{}", p.name);
-            let t = tensors
-                .iter()
-                .find(|(n, _)| *n == key)
-                .map(|(_, t)| t)
-                .ok_or_else(|| format!("no optimiser state `{key}`"))?;
-            if t.size() != p.history.size() {
-                return Err(format!(
-                    "optimiser state `{key}` has shape {:?}, the model needs {:?}",
-                    t.size(),
-                    p.history.size()
-                ));
-            }
-            p.history
-                .copy_(&t.to_kind(Kind::Float).to_device(p.history.device()));
+            h.copy_(&state_tensor(tensors, &key, &h.size())?.to_device(h.device()));
         }
         self.last_lr = last_lr;
         Ok(())
@@ -248,7 +250,7 @@ impl Sgd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tch::Device;
+    use tch::{Device, Kind};
 
     fn config(form: SgdForm, nesterov: bool, correction: bool) -> SgdConfig {
         SgdConfig {
@@ -265,18 +267,42 @@ mod tests {
     /// LRs. Every intermediate value is a short binary fraction, so f32 is exact and the
     /// hand-computed results below compare with `==`.
     fn run(cfg: SgdConfig, lrs: &[f64]) -> Vec<f32> {
+        run_scaled(cfg, lrs, None)
+    }
+
+    /// Like [`run`], with per-tensor LR multipliers (one tensor here) when `scales` is given.
+    fn run_scaled(cfg: SgdConfig, lrs: &[f64], scales: Option<&[f64]>) -> Vec<f32> {
         let vs = VarStore::new(Device::Cpu);
         let w = vs
             .root()
             .var_copy("w", &Tensor::from_slice(&[1.0f32, -2.0]));
         let c = Tensor::from_slice(&[0.5f32, 1.0]);
         let mut opt = Sgd::new(&vs, cfg);
-        for &lr in lrs {
+        for (i, &lr) in lrs.iter().enumerate() {
             opt.zero_grad();
             (&w * &c).sum(Kind::Float).backward();
-            opt.step(lr);
+            let scale = scales.map_or(LrScale::Uniform, |s| LrScale::PerTensor(vec![s[i]]));
+            opt.step(lr, &scale);
         }
         Vec::try_from(&w).unwrap()
+    }
+
+    #[test]
+    fn a_per_tensor_scale_multiplies_that_tensors_rate() {
+        let cfg = config(SgdForm::Pytorch, false, true);
+        // Scales of 1 are the unscaled optimizer, bit for bit.
+        assert_eq!(
+            run_scaled(cfg, &[0.5, 0.25], Some(&[1.0, 1.0])),
+            run(cfg, &[0.5, 0.25])
+        );
+        // A scale s at rate η is the rate s·η.
+        assert_eq!(run_scaled(cfg, &[0.25], Some(&[2.0])), run(cfg, &[0.5]));
+        // Goyal's momentum correction follows each tensor's effective rate.
+        let goyal = config(SgdForm::Goyal, false, true);
+        assert_eq!(
+            run_scaled(goyal, &[0.25, 0.25], Some(&[2.0, 1.0])),
+            run(cfg, &[0.5, 0.25])
+        );
     }
 
     #[test]
@@ -347,7 +373,7 @@ mod tests {
             .var_copy("w", &Tensor::from_slice(&[1.0f32, -2.0]));
         let mut opt = Sgd::new(&vs, cfg);
         (&w * 2.0).sum(Kind::Float).backward();
-        opt.step(0.5);
+        opt.step(0.5, &LrScale::Uniform);
         let saved = opt.state();
         let mut other = Sgd::new(&vs, cfg);
         other.load_state(&saved, opt.last_lr()).unwrap();
@@ -359,6 +385,12 @@ mod tests {
             saved[0].0.clone(),
             Tensor::zeros([3], (Kind::Float, Device::Cpu)),
         )];
-        assert!(other.load_state(&bad, None).unwrap_err().contains("shape"));
+        assert!(
+            other
+                .load_state(&bad, None)
+                .unwrap_err()
+                .to_string()
+                .contains("shape")
+        );
     }
 }

@@ -1,0 +1,120 @@
+//! Why training could not start, go on or be saved. Every message names what a person needs to
+//! act on: the flag, the file, the plugin and the step.
+
+use std::path::PathBuf;
+
+use lsgd_runtime::plugin::PluginError;
+
+use crate::data::DataError;
+
+/// The error of every fallible operation of the trainer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Settings that cannot train (names the flag).
+    #[error("{0}")]
+    Config(String),
+    /// A file or directory could not be created, read or written.
+    #[error("{context}")]
+    Io {
+        /// What was being done, with the path.
+        context: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A JSON file that does not parse or cannot be written.
+    #[error("{context}")]
+    Json {
+        /// What was being read or written, with the path.
+        context: String,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The data set.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// A checkpoint that cannot be written, read or applied to this model.
+    #[error("{0}")]
+    Checkpoint(String),
+    /// A resume that would not continue the same run.
+    #[error("cannot resume from {}: it belongs to a different run:\n  {}", .path.display(), .problems.join("\n  "))]
+    Mismatch {
+        /// The checkpoint.
+        path: PathBuf,
+        /// Each difference, with its flag.
+        problems: Vec<String>,
+    },
+    /// A collective failed, or the ranks disagree.
+    #[error(transparent)]
+    Collective(#[from] lsgd_collective::Error),
+    /// The plugin runtime refused a setting or a plugin.
+    #[error(transparent)]
+    Runtime(#[from] lsgd_runtime::Error),
+    /// A plugin failed on this rank.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// The codec failed on another rank, or the ranks' payloads disagree.
+    #[error("{0}")]
+    Exchange(String),
+    /// The weights or policy outputs differ between ranks.
+    #[error(
+        "consistency check failed at step {step}: the {what} of {} differ from rank 0's ({root:016x}); the ranks no longer train the same model",
+        .ranks.join(", ")
+    )]
+    Inconsistent {
+        /// The step after which the check ran.
+        step: u64,
+        /// What was compared.
+        what: String,
+        /// The ranks that differ from rank 0, with their digests.
+        ranks: Vec<String>,
+        /// Rank 0's digest.
+        root: u64,
+    },
+    /// The loss stopped being a number.
+    #[error(
+        "training diverged at step {step}: loss {loss} (lr {lr}, batch {batch}); the last checkpoint is in {}",
+        .out.display()
+    )]
+    Diverged {
+        /// The step.
+        step: u64,
+        /// Its loss.
+        loss: f64,
+        /// Its learning rate.
+        lr: f64,
+        /// Its global batch.
+        batch: usize,
+        /// The run directory.
+        out: PathBuf,
+    },
+    /// A plugin fault stopped training after the state was saved. The fault is part of the
+    /// message (not only its source) so that every way of printing it names the plugin.
+    #[error(
+        "training stopped; state before step {step} saved to {} (resume with --resume): {fault}",
+        .saved.display()
+    )]
+    Stopped {
+        /// The step that did not happen.
+        step: u64,
+        /// The checkpoint written.
+        saved: PathBuf,
+        /// What stopped it.
+        fault: Box<Error>,
+    },
+    /// libtorch refused an operation.
+    #[error(transparent)]
+    Torch(#[from] tch::TchError),
+}
+
+impl Error {
+    /// An [`Error::Io`] with `context`.
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Io { context, source }
+    }
+}
+
+/// The trainer's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,196 @@
+//! The bucket layout of a run's gradients: whole tensors in the optimizer's order, fused up to
+//! a cap (Horovod's tensor fusion, DDP's buckets), a tensor larger than the cap split at row
+//! boundaries so that a codec such as PowerSGD still sees matrices. The plain all-reduce and
+//! the codec exchange use the same layout.
+
+use lsgd_codec::TensorSlice;
+use tch::{Device, Kind, Tensor};
+
+use crate::Result;
+
+/// One contiguous run of a tensor's elements inside a bucket.
+#[derive(Debug, Clone, PartialEq)]
+struct Piece {
+    /// Index of the tensor in the optimizer's order.
+    tensor: usize,
+    /// First element within the flattened tensor.
+    start: usize,
+    /// Elements.
+    len: usize,
+}
+
+/// The tensors (or row ranges of tensors) that cross one collective call together.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Bucket {
+    pieces: Vec<Piece>,
+    /// What a codec is told about them.
+    pub slices: Vec<TensorSlice>,
+    /// Elements.
+    pub len: usize,
+}
+
+impl Bucket {
+    fn push(&mut self, tensor: usize, name: &str, shape: &[i64], start: usize, len: usize) {
+        self.slices.push(TensorSlice {
+            name: name.to_string(),
+            shape: shape.iter().map(|d| *d as u32).collect(),
+            tensor_offset: start as u32,
+            bucket_offset: self.len as u32,
+            len: len as u32,
+        });
+        self.pieces.push(Piece { tensor, start, len });
+        self.len += len;
+    }
+
+    /// The bucket's gradient elements as one binary32 vector.
+    pub fn gather(&self, weights: &[&Tensor]) -> Result<Vec<f32>> {
+        let parts: Vec<Tensor> = self
+            .pieces
+            .iter()
+            .map(|p| {
+                weights[p.tensor]
+                    .grad()
+                    .reshape([-1])
+                    .narrow(0, p.start as i64, p.len as i64)
+                    .to_device(Device::Cpu)
+                    .to_kind(Kind::Float)
+            })
+            .collect();
+        Ok(Vec::<f32>::try_from(Tensor::cat(&parts, 0))?)
+    }
+
+    /// Writes `values` back into the bucket's gradient elements.
+    pub fn scatter(&self, weights: &[&Tensor], values: &[f32]) {
+        let mut offset = 0;
+        for p in &self.pieces {
+            let grad = weights[p.tensor].grad();
+            let src = Tensor::from_slice(&values[offset..offset + p.len])
+                .to_device(grad.device())
+                .to_kind(grad.kind());
+            grad.view([-1])
+                .narrow(0, p.start as i64, p.len as i64)
+                .copy_(&src);
+            offset += p.len;
+        }
+    }
+}
+
+/// Cuts tensors of the given names and shapes into buckets of at most `cap` floats, in order:
+/// a tensor that does not fit the current bucket starts a new one, and a tensor larger than
+/// `cap` is split into runs of whole rows (a single row larger than `cap` stays whole).
+pub fn layout(tensors: &[(String, Vec<i64>)], cap: usize) -> Vec<Bucket> {
+    let cap = cap.max(1);
+    let mut buckets: Vec<Bucket> = Vec::new();
+    let mut open = Bucket::default();
+    for (i, (name, shape)) in tensors.iter().enumerate() {
+        let numel: usize = shape.iter().map(|d| *d as usize).product();
+        let row: usize = shape
+            .iter()
+            .skip(1)
+            .map(|d| *d as usize)
+            .product::<usize>()
+            .max(1);
+        let mut start = 0;
+        while start < numel {
+            let room = cap.saturating_sub(open.len);
+            let left = numel - start;
+            let take = if left <= room {
+                left
+            } else {
+                let rows = room / row;
+                if rows == 0 && open.len > 0 {
+                    buckets.push(std::mem::take(&mut open));
+                    continue;
+                }
+                (rows.max(1) * row).min(left)
+            };
+            open.push(i, name, shape, start, take);
+            start += take;
+        }
+    }
+    if open.len > 0 {
+        buckets.push(open);
+    }
+    buckets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shapes(s: &[(&str, &[i64])]) -> Vec<(String, Vec<i64>)> {
+        s.iter().map(|(n, d)| (n.to_string(), d.to_vec())).collect()
+    }
+
+    #[test]
+    fn layout_packs_in_order_and_splits_large_tensors_at_rows() {
+        let t = shapes(&[("a", &[3, 2]), ("b", &[4]), ("c", &[5, 4]), ("d", &[2])]);
+        let b = layout(&t, 10);
+        let lens: Vec<usize> = b.iter().map(|b| b.len).collect();
+        assert_eq!(lens, [10, 8, 8, 6]);
+        // a (6) + b (4) fill the first bucket; c (20 floats, rows of 4) is split into 8 + 8 + 4,
+        // the last run sharing a bucket with d.
+        assert_eq!(b[1].slices[0].name, "c");
+        assert_eq!((b[1].slices[0].tensor_offset, b[1].slices[0].len), (0, 8));
+        let c_runs: Vec<(u32, u32)> = b
+            .iter()
+            .flat_map(|b| b.slices.iter())
+            .filter(|s| s.name == "c")
+            .map(|s| (s.tensor_offset, s.len))
+            .collect();
+        assert_eq!(c_runs, [(0, 8), (8, 8), (16, 4)]);
+        assert!(b.iter().all(|b| b.len <= 10));
+        for bucket in &b {
+            let mut at = 0;
+            for s in &bucket.slices {
+                assert_eq!(s.bucket_offset, at);
+                assert_eq!(
+                    s.tensor_offset % s.shape[1..].iter().product::<u32>().max(1),
+                    0
+                );
+                at += s.len;
+            }
+            assert_eq!(at as usize, bucket.len);
+        }
+        // A row wider than the cap stays whole.
+        let wide = layout(&shapes(&[("w", &[2, 7])]), 5);
+        assert_eq!(wide.iter().map(|b| b.len).collect::<Vec<_>>(), [7, 7]);
+    }
+
+    #[test]
+    fn small_tensors_fuse_up_to_the_cap() {
+        let t = shapes(&[
+            ("a", &[4]),
+            ("b", &[4]),
+            ("c", &[4]),
+            ("d", &[1]),
+            ("e", &[1]),
+        ]);
+        let lens: Vec<usize> = layout(&t, 10).iter().map(|b| b.len).collect();
+        assert_eq!(lens, [10, 4]);
+        assert_eq!(layout(&t, 1 << 20).len(), 1);
+    }
+
+    #[test]
+    fn gradients_round_trip_through_buckets() {
+        let a = Tensor::zeros([3, 2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let b = Tensor::zeros([4], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let x = Tensor::from_slice(&[1.0f32, 2., 3., 4., 5., 6.]).view([3, 2]);
+        ((&a * &x).sum(Kind::Float) + (&b * 7.0).sum(Kind::Float)).backward();
+        let buckets = layout(&shapes(&[("a", &[3, 2]), ("b", &[4])]), 4);
+        let weights = [&a, &b];
+        let mut all = Vec::new();
+        for bucket in &buckets {
+            let v = bucket.gather(&weights).unwrap();
+            all.extend(v.iter().copied());
+            let doubled: Vec<f32> = v.iter().map(|x| x * 2.0).collect();
+            bucket.scatter(&weights, &doubled);
+        }
+        assert_eq!(all, [1., 2., 3., 4., 5., 6., 7., 7., 7., 7.]);
+        assert_eq!(
+            Vec::<f32>::try_from(a.grad().reshape([-1])).unwrap(),
+            [2., 4., 6., 8., 10., 12.]
+        );
+        assert_eq!(Vec::<f32>::try_from(b.grad()).unwrap(), [14.; 4]);
+    }
+}

@@ -1,0 +1,347 @@
+//! The gradient exchange through a codec plugin (`--codec`), with the host's error feedback
+//! (`--error-feedback`).
+//!
+//! For each bucket and round the codec encodes this rank's data; the host then moves the
+//! payloads as the codec declared:
+//!
+//! - `sum(element)`: one all-reduce of the payloads in that element type with `--allreduce`,
+//!   then one `decode` of the sum;
+//! - `gather`: an all-gather of every rank's payload, a `decode` of each, and a sum of the
+//!   decoded floats in rank order (so every rank adds the same numbers in the same order).
+//!
+//! Error feedback is GRACE's residual memory: p = g + e; c = C(p); e ← p − D(c), where D(c) is
+//! the decode of this rank's own payload. Residuals are per bucket and per rank, and go into
+//! every checkpoint.
+//!
+//! Before each collective the ranks agree on every payload's length (and on any fault), so a
+//! codec that misbehaves on one rank stops all ranks with an error instead of a hang.
+
+use lsgd_codec::rng::mix;
+use lsgd_codec::wire::{f32s_from_le, put_f32s};
+use lsgd_codec::{Combine, Meta, Properties};
+use lsgd_collective::{Agreement, Algorithm, World};
+use lsgd_runtime::plugin::{Plugin, PluginError};
+use tch::{Kind, Tensor};
+
+use super::Exchanged;
+use super::buckets::Bucket;
+use crate::{Error, Result};
+
+/// Largest bucket handed to a codec call, in floats (4 MiB of binary32).
+pub const MAX_BUCKET_FLOATS: usize = 1 << 20;
+
+/// Prefix of the error-feedback residuals in checkpoints: `ef.rank{r}.bucket{b}`.
+pub const RESIDUAL_PREFIX: &str = "ef.";
+
+/// The codec side of a run's exchange: the codec's properties and the residuals.
+pub struct Compressor {
+    properties: Properties,
+    /// One residual per bucket, with error feedback.
+    residuals: Option<Vec<Vec<f32>>>,
+    seed: u64,
+    label: String,
+}
+
+/// How one bucket's exchange ended on this rank.
+enum Outcome {
+    /// The sum over ranks, and this rank's own reconstruction (empty without error feedback).
+    Done { sum: Vec<f32>, own: Vec<f32> },
+    /// A decode failed here, after the bucket's collectives: carry on to the next agreement.
+    Skipped,
+}
+
+/// What the rounds of one bucket moved: the combined payloads of a summable codec, or every
+/// rank's payload of a gathered one, and this rank's last own payload.
+#[derive(Default)]
+struct Moved {
+    agreed: Vec<Vec<u8>>,
+    gathered: Vec<Vec<u8>>,
+    own_last: Vec<u8>,
+}
+
+impl Compressor {
+    /// Asks the codec for its properties and checks them; `buckets` is the run's layout.
+    pub fn new(
+        codec: &mut Plugin,
+        buckets: &[Bucket],
+        error_feedback: bool,
+        seed: u64,
+    ) -> Result<Self> {
+        let properties = codec.properties()?;
+        let label = codec.label().to_string();
+        if properties.rounds == 0 {
+            return Err(Error::Config(format!(
+                "codec {label}: properties declare 0 rounds; a codec runs at least one"
+            )));
+        }
+        if properties.rounds > 1 && properties.combine == Combine::Gather {
+            return Err(Error::Config(format!(
+                "codec {label}: declares {} rounds with `gather`; only summable codecs can run \
+                 several rounds (a gathered payload has no combined form)",
+                properties.rounds
+            )));
+        }
+        let residuals =
+            error_feedback.then(|| buckets.iter().map(|b| vec![0.0f32; b.len]).collect());
+        Ok(Compressor {
+            properties,
+            residuals,
+            seed,
+            label,
+        })
+    }
+
+    /// The codec's properties.
+    pub fn properties(&self) -> Properties {
+        self.properties
+    }
+
+    /// The bucket's metadata at `step`: seeds differ per run, step and bucket, and the rank
+    /// seed also per rank.
+    fn meta(&self, bucket: &Bucket, b: usize, step: u64, rank: usize) -> Meta {
+        let shared = mix(mix(mix(self.seed) ^ step) ^ b as u64);
+        Meta {
+            bucket: b as u32,
+            step,
+            round: 0,
+            len: bucket.len as u32,
+            tensors: bucket.slices.clone(),
+            shared_seed: shared,
+            rank_seed: mix(shared ^ mix(rank as u64 + 1)),
+        }
+    }
+
+    /// Replaces the gradients of `weights` by the sum over ranks of what the codec makes of
+    /// them, bucket by bucket; with error feedback, updates the residuals.
+    pub fn exchange(
+        &mut self,
+        world: &mut World,
+        algo: Algorithm,
+        codec: &mut Plugin,
+        buckets: &[Bucket],
+        weights: &[&Tensor],
+        step: u64,
+    ) -> Result<Exchanged> {
+        let _guard = tch::no_grad_guard();
+        let mut out = Exchanged::default();
+        let mut failed: Option<PluginError> = None;
+        let mut new_residuals = Vec::with_capacity(buckets.len());
+        for (b, bucket) in buckets.iter().enumerate() {
+            let mut data = bucket.gather(weights)?;
+            if let Some(r) = &self.residuals {
+                for (x, e) in data.iter_mut().zip(&r[b]) {
+                    *x += e;
+                }
+            }
+            out.floats += data.len() as u64;
+            let meta = self.meta(bucket, b, step, world.rank());
+            let io = (&mut *world, algo, &mut *codec);
+            match self.bucket(io, meta, &data, &mut out, &mut failed)? {
+                Outcome::Done { sum, own } => {
+                    if self.residuals.is_some() {
+                        new_residuals.push(data.iter().zip(&own).map(|(p, d)| p - d).collect());
+                    }
+                    bucket.scatter(weights, &sum);
+                }
+                // The next agreement (a later bucket's, or the final one) tells the others.
+                Outcome::Skipped => continue,
+            }
+        }
+        // A decode that failed only here (the own payload, for the residual) must stop every
+        // rank, as must one in the last bucket, which no later agreement would see.
+        match (world.agree_failure(failed.is_some())?, failed) {
+            (_, Some(e)) => return Err(Error::Plugin(e)),
+            (Some(r), None) => {
+                return Err(Error::Exchange(format!(
+                    "codec {} failed on rank {r} at step {step}; see that rank's error",
+                    self.label
+                )));
+            }
+            (None, None) => {}
+        }
+        if let Some(r) = &mut self.residuals {
+            *r = new_residuals;
+        }
+        Ok(out)
+    }
+
+    /// Encodes, moves and decodes one bucket. A rank that has failed still takes part in the
+    /// length agreement, so that the other ranks stop with it.
+    fn bucket(
+        &self,
+        io: (&mut World, Algorithm, &mut Plugin),
+        meta: Meta,
+        data: &[f32],
+        out: &mut Exchanged,
+        failed: &mut Option<PluginError>,
+    ) -> Result<Outcome> {
+        let (world, algo, codec) = io;
+        let mut moved = Moved::default();
+        let mut meta = meta;
+        for round in 0..self.properties.rounds {
+            meta.round = round;
+            self.round(world, algo, codec, &meta, data, &mut moved, out, failed)?;
+        }
+        match self.decode(codec, &meta, moved, world.rank()) {
+            Ok((sum, own)) => Ok(Outcome::Done { sum, own }),
+            Err(e) => {
+                *failed = Some(e);
+                Ok(Outcome::Skipped)
+            }
+        }
+    }
+
+    /// One round of one bucket: encode (unless this rank already failed), agree on the
+    /// lengths, then all-reduce or all-gather the payloads.
+    #[allow(clippy::too_many_arguments)]
+    fn round(
+        &self,
+        world: &mut World,
+        algo: Algorithm,
+        codec: &mut Plugin,
+        meta: &Meta,
+        data: &[f32],
+        moved: &mut Moved,
+        out: &mut Exchanged,
+        failed: &mut Option<PluginError>,
+    ) -> Result<()> {
+        let mine = match failed {
+            Some(_) => None,
+            None => codec
+                .encode(meta, data, &moved.agreed)
+                .map_err(|e| *failed = Some(e))
+                .ok(),
+        };
+        let lens = match world.agree_lengths(mine.as_ref().map(|p| p.len() as u64))? {
+            Agreement::Lengths(lens) => lens,
+            Agreement::Failed { rank } => {
+                return Err(match failed.take() {
+                    Some(e) => Error::Plugin(e),
+                    None => Error::Exchange(format!(
+                        "codec {} failed on rank {rank} at step {} (bucket {}, round {}); see that rank's error",
+                        self.label, meta.step, meta.bucket, meta.round
+                    )),
+                });
+            }
+        };
+        let mine = mine.expect("no rank failed");
+        out.payload_bytes += mine.len() as u64;
+        match self.properties.combine {
+            Combine::Sum(element) => {
+                if lens.iter().any(|l| *l != lens[0])
+                    || !(lens[0] as usize).is_multiple_of(element.size())
+                {
+                    return Err(Error::Exchange(format!(
+                        "codec {} at step {} (bucket {}, round {}): a summable payload must have the same length on every rank and hold whole {element:?} elements, but the lengths are {lens:?}",
+                        self.label, meta.step, meta.bucket, meta.round
+                    )));
+                }
+                let (sum, t) = world.all_reduce_payload(algo, element, &mine)?;
+                out.traffic += t;
+                moved.agreed.push(sum);
+                moved.own_last = mine;
+            }
+            Combine::Gather => {
+                let (all, t) = world.all_gather_bytes(&mine)?;
+                out.traffic += t;
+                moved.gathered = all;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes what the rounds moved into the sum over ranks and (with error feedback, or for
+    /// a gathered codec) this rank's own reconstruction.
+    fn decode(
+        &self,
+        codec: &mut Plugin,
+        meta: &Meta,
+        moved: Moved,
+        rank: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>), PluginError> {
+        let Moved {
+            mut agreed,
+            gathered,
+            own_last,
+        } = moved;
+        match self.properties.combine {
+            Combine::Sum(_) => {
+                let sum = codec.decode(meta, &agreed)?;
+                let own = if self.residuals.is_some() {
+                    agreed.pop();
+                    agreed.push(own_last);
+                    codec.decode(meta, &agreed)?
+                } else {
+                    Vec::new()
+                };
+                Ok((sum, own))
+            }
+            Combine::Gather => {
+                let mut sum = vec![0.0f32; meta.len as usize];
+                let mut own = Vec::new();
+                for (r, p) in gathered.into_iter().enumerate() {
+                    let v = codec.decode(meta, std::slice::from_ref(&p))?;
+                    for (s, x) in sum.iter_mut().zip(&v) {
+                        *s += x;
+                    }
+                    if r == rank {
+                        own = v;
+                    }
+                }
+                Ok((sum, own))
+            }
+        }
+    }
+
+    /// Every rank's residuals as named tensors for the checkpoint (a collective: every rank
+    /// calls it, rank 0 writes them); empty without error feedback.
+    pub fn checkpoint_tensors(&self, world: &World) -> Result<Vec<(String, Tensor)>> {
+        let Some(residuals) = &self.residuals else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for (b, r) in residuals.iter().enumerate() {
+            let mut bytes = Vec::new();
+            put_f32s(&mut bytes, r);
+            let (all, _) = world.all_gather_bytes(&bytes)?;
+            for (rank, bytes) in all.iter().enumerate() {
+                let floats = f32s_from_le(bytes);
+                out.push((
+                    format!("{RESIDUAL_PREFIX}rank{rank}.bucket{b}"),
+                    Tensor::from_slice(&floats),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Restores this rank's residuals from a checkpoint's tensors.
+    pub fn restore(&mut self, tensors: &[(String, Tensor)], rank: usize) -> Result<()> {
+        let Some(residuals) = &mut self.residuals else {
+            return Ok(());
+        };
+        for (b, r) in residuals.iter_mut().enumerate() {
+            let key = format!("{RESIDUAL_PREFIX}rank{rank}.bucket{b}");
+            let t = tensors
+                .iter()
+                .find(|(n, _)| *n == key)
+                .map(|(_, t)| t)
+                .ok_or_else(|| {
+                    Error::Checkpoint(format!(
+                        "no error-feedback residual `{key}`: the checkpoint was written without \
+                         --error-feedback, with fewer ranks or another bucket layout"
+                    ))
+                })?;
+            let v = Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1))?;
+            if v.len() != r.len() {
+                return Err(Error::Checkpoint(format!(
+                    "error-feedback residual `{key}` has {} floats, bucket {b} has {}",
+                    v.len(),
+                    r.len()
+                )));
+            }
+            *r = v;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,115 @@
+//! Optimizers: the update a step ends with, behind one trait so that the trainer never names a
+//! particular rule. An [`Optimizer`] owns the list of trainable tensors (in name order, so every
+//! rank and every checkpoint sees the same layout), applies an update from the accumulated
+//! gradients at a learning rate the policies chose, optionally scaled per tensor ([`LrScale`]:
+//! what a layer-wise rate policy such as LARS produces), and exposes its state as named
+//! tensors for checkpoints. A new rule (AdamW, LAMB, …) is a new file here implementing the
+//! trait; the training loop does not change.
+//!
+//! - [`sgd`]: SGD with momentum in PyTorch's and Goyal's forms.
+
+pub mod sgd;
+
+use tch::Tensor;
+use tch::nn::VarStore;
+
+pub use sgd::{Sgd, SgdConfig, SgdForm};
+
+use crate::Error;
+
+/// A trainable tensor and its name in the variable store.
+pub struct Param {
+    /// The variable's path (`conv1.weight`).
+    pub name: String,
+    /// The variable; its `grad()` holds the accumulated gradient before an update.
+    pub tensor: Tensor,
+}
+
+impl Param {
+    /// The trainable variables of `vs`, sorted by name.
+    pub fn trainable(vs: &VarStore) -> Vec<Param> {
+        let mut vars: Vec<Param> = vs
+            .variables()
+            .into_iter()
+            .filter(|(_, t)| t.requires_grad())
+            .map(|(name, tensor)| Param { name, tensor })
+            .collect();
+        vars.sort_by(|a, b| a.name.cmp(&b.name));
+        vars
+    }
+}
+
+/// Per-tensor multipliers of the learning rate, by index in [`Optimizer::params`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum LrScale {
+    /// Every tensor at the step's learning rate.
+    #[default]
+    Uniform,
+    /// Tensor `i` at `lr · scale[i]`.
+    PerTensor(Vec<f64>),
+}
+
+impl LrScale {
+    /// The multiplier of tensor `i`.
+    pub fn of(&self, i: usize) -> f64 {
+        match self {
+            LrScale::Uniform => 1.0,
+            LrScale::PerTensor(s) => s[i],
+        }
+    }
+}
+
+/// An update rule over a fixed list of named parameters.
+pub trait Optimizer {
+    /// The trainable tensors, in the optimizer's (name) order.
+    fn params(&self) -> &[Param];
+
+    /// Applies one update at learning rate `lr` (each tensor's scaled by `scale`) from the
+    /// accumulated gradients; tensors without a gradient are left alone.
+    fn step(&mut self, lr: f64, scale: &LrScale);
+
+    /// The learning rate of the last update, recorded in checkpoints.
+    fn last_lr(&self) -> Option<f64>;
+
+    /// The optimizer's state under stable names, for a checkpoint.
+    fn state(&self) -> Vec<(String, Tensor)>;
+
+    /// Restores what [`Optimizer::state`] and [`Optimizer::last_lr`] returned.
+    fn load_state(
+        &mut self,
+        tensors: &[(String, Tensor)],
+        last_lr: Option<f64>,
+    ) -> Result<(), Error>;
+
+    /// Clears the accumulated gradients before a step's first micro-batch.
+    fn zero_grad(&mut self) {
+        for p in self.params() {
+            p.tensor.shallow_clone().zero_grad();
+        }
+    }
+
+    /// The trainable tensors with their names, in order.
+    fn weights(&self) -> Box<dyn Iterator<Item = (&str, &Tensor)> + '_> {
+        Box::new(self.params().iter().map(|p| (p.name.as_str(), &p.tensor)))
+    }
+}
+
+/// The state tensor `key` of `tensors`, as binary32 of shape `shape`.
+pub(crate) fn state_tensor(
+    tensors: &[(String, Tensor)],
+    key: &str,
+    shape: &[i64],
+) -> Result<Tensor, Error> {
+    let t = tensors
+        .iter()
+        .find(|(n, _)| n == key)
+        .map(|(_, t)| t)
+        .ok_or_else(|| Error::Checkpoint(format!("no optimiser state `{key}`")))?;
+    if t.size() != shape {
+        return Err(Error::Checkpoint(format!(
+            "optimiser state `{key}` has shape {:?}, the model needs {shape:?}",
+            t.size()
+        )));
+    }
+    Ok(t.to_kind(tch::Kind::Float))
+}

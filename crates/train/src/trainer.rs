@@ -1,0 +1,662 @@
+//! The [`Trainer`]: one run on one rank, its step cut into the phases the papers write:
+//!
+//! 1. [`decide`](Trainer::decide): the policies give the global batch, the LR and ε;
+//! 2. [`batch`](Trainer::batch): the next global batch of the sample stream, this rank's shard
+//!    of it, and its micro-batches;
+//! 3. [`forward_backward`](Trainer::forward_backward): one pass per micro-batch, gradients
+//!    accumulated and pre-divided by the global batch;
+//! 4. [`exchange`](Trainer::exchange): the gradients summed over the ranks (plain or through a
+//!    codec), and the loss with them;
+//! 5. [`update`](Trainer::update): the optimizer's step;
+//! 6. [`observe`](Trainer::observe): metrics, the evaluation at each epoch's end, the
+//!    cross-rank consistency check and the periodic checkpoint.
+//!
+//! [`save`](Trainer::save) writes a checkpoint, and [`stop`](Trainer::stop) is the one way out on
+//! a plugin fault: it saves the state before the failed step and names the fault. A different
+//! loop (asynchronous, overlapped) reuses these phases in another order.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use lsgd_collective::{Algorithm, Traffic, World};
+use lsgd_runtime::plugin::{Plugin, PolicyKind};
+use lsgd_runtime::policy::{Clock, Decision, PolicySet, RunShape};
+use tch::nn::{ModuleT, VarStore};
+use tch::{Device, Kind, Tensor};
+
+use crate::checkpoint::{self, Meta, PluginRecord};
+use crate::config::TrainConfig;
+use crate::eval::{self, Evaluation};
+use crate::exchange::{Exchanged, GradientExchange};
+use crate::metrics::{EvalRecord, MetricsWriter, Record, StepRecord};
+use crate::optim::{LrScale, Optimizer, Sgd};
+use crate::order::{SampleOrder, micro_batches};
+use crate::progress::Progress;
+use crate::tensors::DataTensors;
+use crate::{Error, Reporting, Result, Summary, data, device, loss, parallel, tune_malloc};
+
+/// Prefix of model variables in checkpoints.
+const MODEL: &str = "model.";
+
+/// This rank's part of one step's global batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// Sample indices of this rank's shard, in order.
+    pub indices: Vec<i64>,
+    /// The sizes of the shard's micro-batches.
+    pub micro: Vec<usize>,
+    /// The global batch.
+    pub global: usize,
+}
+
+/// What a step produced, for [`Trainer::observe`].
+pub struct Stepped {
+    /// The policies' decision.
+    pub decision: Decision,
+    /// The batch it trained on.
+    pub batch: Batch,
+    /// The mean loss over the global batch (equal on every rank).
+    pub loss: f64,
+    /// What the exchange moved (the loss's all-reduce included).
+    pub exchanged: Exchanged,
+    /// When the step began.
+    pub started: Instant,
+    /// Seconds in the policies.
+    pub policy_s: f64,
+    /// Seconds in forward, backward and update.
+    pub compute_s: f64,
+}
+
+/// One training run on this rank of a world.
+pub struct Trainer<'w> {
+    world: &'w mut World,
+    config: TrainConfig,
+    policies: PolicySet,
+    data: DataTensors,
+    device: Device,
+    vs: VarStore,
+    model: Box<dyn ModuleT>,
+    opt: Box<dyn Optimizer>,
+    gradients: GradientExchange,
+    clock: Clock,
+    order: SampleOrder,
+    metrics: Metrics,
+    progress: Progress,
+    plugins: Vec<PluginRecord>,
+    epochs_evaluated: u32,
+    /// Since the first step of this process.
+    started: Instant,
+    /// Samples trained on by this process.
+    samples: u64,
+    last_eval: Option<Evaluation>,
+    last_decision: Option<Decision>,
+}
+
+impl<'w> Trainer<'w> {
+    /// Sets up the run `config` describes on this rank of `world`: data, model, optimizer,
+    /// gradient exchange and clock, resumed from `resume` if given.
+    pub fn new(
+        world: &'w mut World,
+        config: &TrainConfig,
+        mut policies: PolicySet,
+        resume: Option<&Path>,
+        reporting: Reporting,
+    ) -> Result<Self> {
+        config.validate()?;
+        tune_malloc();
+        tch::set_num_threads(config.invocation.threads as i32);
+        let (run, device) = (&config.run, device(config.invocation.device)?);
+        let data = {
+            let dataset = data::load_dir(&config.invocation.data)?;
+            DataTensors::new(&dataset, run.train_subset, run.test_subset, device)?
+        };
+        tch::manual_seed(run.seed as i64);
+        let vs = VarStore::new(device);
+        let model = run.model.build(&vs.root(), data.image, data.classes);
+        let opt: Box<dyn Optimizer> = Box::new(Sgd::new(&vs, run.sgd));
+        let shapes: Vec<(String, Vec<i64>)> = opt
+            .params()
+            .iter()
+            .map(|p| (p.name.clone(), p.tensor.size()))
+            .collect();
+        let gradients = GradientExchange::new(
+            &shapes,
+            (run.bucket_mb * (1 << 20) as f64 / 4.0) as usize,
+            config.invocation.allreduce,
+            policies.codec_mut(),
+            run.error_feedback,
+            run.seed,
+        )?;
+        let clock = Clock::new(RunShape {
+            epochs: run.epochs,
+            samples_per_epoch: data.train.len as u64,
+            initial_batch: run.global_batch,
+            world_size: world.size() as u32,
+            base_lr: run.base_lr,
+            reference_batch: run.reference_batch,
+        })?;
+        if world.is_root() {
+            std::fs::create_dir_all(&config.invocation.out).map_err(Error::io(format!(
+                "cannot create --out {}",
+                config.invocation.out.display()
+            )))?;
+        }
+        let mut trainer = Trainer {
+            plugins: plugin_records(&policies),
+            order: SampleOrder::new(run.seed, data.train.len),
+            progress: Progress::new(0, true),
+            metrics: Metrics(None),
+            world,
+            config: config.clone(),
+            policies,
+            data,
+            device,
+            vs,
+            model,
+            opt,
+            gradients,
+            clock,
+            epochs_evaluated: 0,
+            started: Instant::now(),
+            samples: 0,
+            last_eval: None,
+            last_decision: None,
+        };
+        let resumed_at = resume.map(|path| trainer.resume(path)).transpose()?;
+        let root = trainer.world.is_root();
+        if root {
+            let inv = &trainer.config.invocation;
+            trainer.metrics = Metrics(Some(MetricsWriter::open(&inv.out, inv.csv, resumed_at)?));
+        }
+        let total = trainer.clock.state().total_steps;
+        trainer.progress = Progress::new(total, reporting.quiet || !root);
+        Ok(trainer)
+    }
+
+    /// Trains to the end of the run (or `--stop-after-steps`), then checks the ranks agree and
+    /// saves the final checkpoint.
+    pub fn run(mut self) -> Result<Summary> {
+        self.announce();
+        self.started = Instant::now();
+        let stop_at = self.config.invocation.stop_after_steps.unwrap_or(u64::MAX);
+        while !self.clock.finished() && self.clock.step() < stop_at {
+            self.step()?;
+        }
+        self.finish()
+    }
+
+    /// One synchronous step: every phase in order.
+    pub fn step(&mut self) -> Result<()> {
+        let started = Instant::now();
+        let decision = self.decide()?;
+        let policy_s = started.elapsed().as_secs_f64();
+        let batch = self.batch(&decision);
+        let t = Instant::now();
+        let loss_sum = self.forward_backward(&batch, &decision);
+        let mut compute_s = t.elapsed().as_secs_f64();
+        let mut exchanged = self.exchange(decision.state.step)?;
+        let loss = self.mean_loss(&loss_sum, batch.global, &mut exchanged.traffic)?;
+        let t = Instant::now();
+        self.update(&decision);
+        compute_s += t.elapsed().as_secs_f64();
+        self.observe(Stepped {
+            decision,
+            batch,
+            loss,
+            exchanged,
+            started,
+            policy_s,
+            compute_s,
+        })
+    }
+
+    /// Phase 1: the policies' decision for the next step.
+    pub fn decide(&mut self) -> Result<Decision> {
+        match self.policies.decide(&self.clock) {
+            Ok(d) => Ok(d),
+            // Policies are deterministic, so every rank meets the same fault here.
+            Err(fault) => Err(self.stop(fault.into())),
+        }
+    }
+
+    /// Phase 2: the global batch `decision` asks for, from the shared sample order, and this
+    /// rank's contiguous shard of it cut into micro-batches.
+    pub fn batch(&mut self, decision: &Decision) -> Batch {
+        let global = decision.global_batch as usize;
+        let (rank, size) = (self.world.rank(), self.world.size());
+        let micro = micro_batches(global / size, self.config.run.max_micro_batch as usize);
+        let all = self.order.take(decision.state.samples_seen, global);
+        Batch {
+            indices: parallel::shard(&all, rank, size).to_vec(),
+            micro,
+            global,
+        }
+    }
+
+    /// Phase 3: forward and backward over each micro-batch, accumulating gradients; returns
+    /// the sum of this rank's per-sample losses. BatchNorm sees one micro-batch at a time.
+    pub fn forward_backward(&mut self, batch: &Batch, decision: &Decision) -> Tensor {
+        self.opt.zero_grad();
+        let mut loss_sum = Tensor::zeros([], (Kind::Double, self.device));
+        let mut offset = 0;
+        for &m in &batch.micro {
+            let idx = Tensor::from_slice(&batch.indices[offset..offset + m]).to_device(self.device);
+            offset += m;
+            let x = self.data.train.images.index_select(0, &idx);
+            let y = self.data.train.labels.index_select(0, &idx);
+            let loss = loss::smoothed_cross_entropy(
+                &self.model.forward_t(&x, true),
+                &y,
+                f64::from(decision.label_smoothing),
+            );
+            // Scaled by micro/global, not micro/worker: the gradients are pre-divided by the
+            // world size, and the collective's sum is the mean over the global batch.
+            (&loss * (m as f64 / batch.global as f64)).backward();
+            loss_sum += loss.detach().to_kind(Kind::Double) * m as f64;
+        }
+        loss_sum
+    }
+
+    /// Phase 4: every gradient replaced by its sum over the ranks. A codec fault stops the
+    /// run through [`Trainer::stop`]: every rank gets here (the exchange agrees on faults),
+    /// with the weights and residuals still those before this step.
+    pub fn exchange(&mut self, step: u64) -> Result<Exchanged> {
+        let codec = self.policies.codec_mut();
+        let has_codec = codec.is_some();
+        let weights: Vec<&Tensor> = self.opt.params().iter().map(|p| &p.tensor).collect();
+        let result = self.gradients.exchange(self.world, codec, &weights, step);
+        match result {
+            Err(fault) if has_codec => Err(self.stop(fault)),
+            other => other,
+        }
+    }
+
+    /// The mean loss over the global batch; with several ranks an all-reduce, since every
+    /// rank's policies must see the same `last-loss`.
+    fn mean_loss(
+        &mut self,
+        loss_sum: &Tensor,
+        global: usize,
+        traffic: &mut Traffic,
+    ) -> Result<f64> {
+        let sum = loss_sum.double_value(&[]);
+        if self.world.size() == 1 {
+            return Ok(sum / global as f64);
+        }
+        let mut l = [sum as f32];
+        *traffic += self.world.all_reduce_sum(Algorithm::Mpi, &mut l)?;
+        Ok(f64::from(l[0]) / global as f64)
+    }
+
+    /// Phase 5: the optimizer's update at the decided learning rate.
+    pub fn update(&mut self, decision: &Decision) {
+        self.opt.step(decision.lr, &LrScale::Uniform);
+    }
+
+    /// Phase 6: records the step, advances the clock, evaluates after a completed epoch,
+    /// checks the ranks agree and writes the periodic checkpoint.
+    pub fn observe(&mut self, s: Stepped) -> Result<()> {
+        if !s.loss.is_finite() {
+            self.metrics.flush()?;
+            self.progress.finish();
+            return Err(Error::Diverged {
+                step: s.decision.state.step,
+                loss: s.loss,
+                lr: s.decision.lr,
+                batch: s.batch.global,
+                out: self.config.invocation.out.clone(),
+            });
+        }
+        self.clock.advance(s.decision.global_batch, Some(s.loss));
+        self.samples += s.batch.global as u64;
+        self.record(&s)?;
+        self.evaluate_at_epoch_end()?;
+        let inv = &self.config.invocation;
+        let (step, every, ckpt) = (
+            self.clock.step(),
+            inv.consistency_every,
+            inv.checkpoint_every,
+        );
+        if every > 0 && step.is_multiple_of(every) {
+            self.consistency(&s.decision)?;
+        }
+        if ckpt > 0 && step.is_multiple_of(ckpt) && !self.clock.finished() {
+            self.metrics.flush()?;
+            self.save("periodic")?;
+        }
+        self.last_decision = Some(s.decision);
+        Ok(())
+    }
+
+    /// The step's metrics record and progress line.
+    fn record(&mut self, s: &Stepped) -> Result<()> {
+        let wall = s.started.elapsed().as_secs_f64();
+        let d = &s.decision;
+        self.metrics.write(&Record::Step(StepRecord {
+            step: d.state.step,
+            epoch: d.state.epoch_fraction,
+            lr: d.lr,
+            global_batch: d.global_batch,
+            micro_batches: s.batch.micro.len() as u32,
+            label_smoothing: d.label_smoothing,
+            loss: s.loss,
+            samples_per_s: s.batch.global as f64 / wall,
+            compute_s: s.compute_s,
+            communication_s: s.exchanged.traffic.seconds,
+            bytes_sent: s.exchanged.traffic.bytes_sent,
+            payload_bytes: s.exchanged.payload_bytes,
+            compression_ratio: s.exchanged.compression_ratio(),
+            policy_s: s.policy_s,
+        }))?;
+        let after = self.clock.state();
+        self.progress.step(
+            self.clock.step(),
+            after.total_steps,
+            after.epoch_fraction,
+            s.loss,
+            d.lr,
+            s.batch.global as f64 / wall,
+        );
+        Ok(())
+    }
+
+    /// Evaluates on the test split once per completed epoch; the accuracy becomes the
+    /// policies' `last-metric`.
+    fn evaluate_at_epoch_end(&mut self) -> Result<()> {
+        let epochs = self.config.run.epochs;
+        let completed = self.clock.state().epoch.min(epochs);
+        if completed <= self.epochs_evaluated {
+            return Ok(());
+        }
+        self.epochs_evaluated = completed;
+        let e = eval::evaluate(self.model.as_ref(), &self.data.test);
+        self.clock.set_metric(e.accuracy);
+        self.metrics.write(&Record::Eval(EvalRecord {
+            step: self.clock.step(),
+            epoch: completed,
+            test_loss: e.loss,
+            test_acc: e.accuracy,
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+        }))?;
+        self.metrics.flush()?;
+        self.progress.line(&format!(
+            "epoch {completed}/{epochs}: test loss {:.4}, test accuracy {:.2}%",
+            e.loss,
+            100.0 * e.accuracy
+        ));
+        self.last_eval = Some(e);
+        Ok(())
+    }
+
+    /// The cross-rank check after the current step: the policies' outputs and the weights.
+    fn consistency(&self, d: &Decision) -> Result<()> {
+        let step = self.clock.step();
+        parallel::check_consistent(
+            self.world,
+            step,
+            "policy outputs (lr, batch, ε)",
+            parallel::decision_digest(d.lr, d.global_batch, d.label_smoothing),
+        )?;
+        parallel::check_consistent(
+            self.world,
+            step,
+            "weights",
+            parallel::tensors_digest(self.opt.weights()),
+        )
+    }
+
+    /// After the last step: the final consistency check and checkpoint, and the summary.
+    fn finish(mut self) -> Result<Summary> {
+        self.metrics.flush()?;
+        if self.world.size() > 1 {
+            if let Some(d) = &self.last_decision {
+                self.consistency(d)?;
+            }
+            self.progress.line(&format!(
+                "consistency: weights and policy outputs bit-identical on all {} ranks at step {}",
+                self.world.size(),
+                self.clock.step()
+            ));
+        }
+        let reason = if self.clock.finished() {
+            "final"
+        } else {
+            "stopped"
+        };
+        let checkpoint = self.save(reason)?;
+        self.progress.finish();
+        let elapsed = self.started.elapsed().as_secs_f64();
+        Ok(Summary {
+            steps: self.clock.step(),
+            last_eval: self.last_eval,
+            last_loss: self.clock.state().last_loss,
+            weights_blake3: crate::weights_blake3(&self.vs),
+            checkpoint,
+            samples_per_s: if elapsed > 0.0 {
+                self.samples as f64 / elapsed
+            } else {
+                0.0
+            },
+        })
+    }
+
+    /// Saves a checkpoint on rank 0 (every rank takes part: the codec state of all ranks goes
+    /// into it); returns its path.
+    pub fn save(&mut self, reason: &str) -> Result<PathBuf> {
+        let codec_state = self.gradients.checkpoint_tensors(self.world)?;
+        let out = &self.config.invocation.out;
+        if !self.world.is_root() {
+            return Ok(out.join(checkpoint::JSON_NAME));
+        }
+        let mut tensors: Vec<(String, Tensor)> = self
+            .vs
+            .variables()
+            .into_iter()
+            .map(|(n, t)| (format!("{MODEL}{n}"), t))
+            .collect();
+        tensors.extend(self.opt.state());
+        tensors.extend(codec_state);
+        let state = self.clock.state();
+        let meta = Meta {
+            format: checkpoint::FORMAT.into(),
+            reason: reason.into(),
+            tensors: String::new(),
+            tensors_blake3: String::new(),
+            step: state.step,
+            samples_seen: state.samples_seen,
+            last_loss: state.last_loss,
+            last_metric: state.last_metric,
+            last_lr: self.opt.last_lr(),
+            epochs_evaluated: self.epochs_evaluated,
+            train_len: self.data.train.len,
+            config: self.config.clone(),
+            plugins: self.plugins.clone(),
+        };
+        checkpoint::save(out, meta, &tensors)
+    }
+
+    /// After a plugin fault: flushes the metrics, saves the state before the current step and
+    /// returns the fault with where that state went (or the error that prevented saving).
+    pub fn stop(&mut self, fault: Error) -> Error {
+        let saved = self
+            .metrics
+            .flush()
+            .and_then(|()| self.save("plugin fault"));
+        self.progress.finish();
+        match saved {
+            Ok(saved) => Error::Stopped {
+                step: self.clock.step(),
+                saved,
+                fault: Box::new(fault),
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// Continues the checkpoint at `path`: checks it belongs to this run, restores weights,
+    /// optimizer, codec state and clock; returns the step it was taken at.
+    fn resume(&mut self, path: &Path) -> Result<u64> {
+        let (meta, tensors) = checkpoint::load(path)?;
+        self.check_resumable(&meta, path)?;
+        let cannot =
+            |e: Error| Error::Checkpoint(format!("cannot restore {}: {e}", path.display()));
+        restore_model(&self.vs, &tensors).map_err(cannot)?;
+        self.opt
+            .load_state(&tensors, meta.last_lr)
+            .map_err(cannot)?;
+        self.gradients
+            .restore(&tensors, self.world.rank())
+            .map_err(cannot)?;
+        self.clock = Clock::resume(
+            *self.clock.shape(),
+            meta.step,
+            meta.samples_seen,
+            meta.last_loss,
+            meta.last_metric,
+        );
+        self.epochs_evaluated = meta.epochs_evaluated;
+        Ok(meta.step)
+    }
+
+    /// Refuses a resume that would not continue the same run: another [`crate::RunConfig`],
+    /// training set or set of plugins.
+    fn check_resumable(&self, meta: &Meta, path: &Path) -> Result<()> {
+        let mut problems = self.config.run.mismatches(&meta.config.run);
+        let train_len = self.data.train.len;
+        if meta.train_len != train_len {
+            problems.push(format!(
+                "training set: checkpoint has {} samples, this run has {train_len}",
+                meta.train_len
+            ));
+        }
+        let (now, then) = (identity(&self.plugins), identity(&meta.plugins));
+        if now != then {
+            problems.push(format!(
+                "policy plugins: checkpoint has [{}], this run has [{}]",
+                then.join("; "),
+                now.join("; ")
+            ));
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Mismatch {
+            path: path.to_path_buf(),
+            problems,
+        })
+    }
+
+    /// The line that opens a run: the model, the data, the ranks and the gradient path.
+    fn announce(&mut self) {
+        let params: usize = self.opt.params().iter().map(|p| p.tensor.numel()).sum();
+        let path = match (
+            self.gradients.compressor(),
+            self.policies.get(PolicyKind::Codec),
+        ) {
+            (Some(c), Some(p)) => format!(
+                ", codec {} ({:?}, {} round(s), {} bucket(s){})",
+                p.info().name,
+                c.properties().combine,
+                c.properties().rounds,
+                self.gradients.len(),
+                if self.config.run.error_feedback {
+                    ", error feedback"
+                } else {
+                    ""
+                }
+            ),
+            _ if self.world.size() > 1 => format!(
+                ", {} all-reduce over {} bucket(s)",
+                self.config.invocation.allreduce,
+                self.gradients.len()
+            ),
+            _ => String::new(),
+        };
+        self.progress.line(&format!(
+            "training {} ({params} parameters) on {} samples, device {:?}, {} epochs from step {}, {} rank(s){path}",
+            self.config.run.model.arch,
+            self.data.train.len,
+            self.device,
+            self.config.run.epochs,
+            self.clock.step(),
+            self.world.size(),
+        ));
+    }
+}
+
+/// How a plugin is identified when a resume compares plugins.
+fn identity(plugins: &[PluginRecord]) -> Vec<String> {
+    plugins
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {} (blake3 {}…, params {:?})",
+                p.kind,
+                p.name,
+                &p.blake3[..12.min(p.blake3.len())],
+                p.params
+            )
+        })
+        .collect()
+}
+
+/// What a checkpoint records of each loaded plugin.
+fn plugin_records(policies: &PolicySet) -> Vec<PluginRecord> {
+    PolicyKind::EVERY
+        .iter()
+        .filter_map(|k| policies.get(*k))
+        .map(|p: &Plugin| PluginRecord {
+            kind: p.kind().to_string(),
+            file: p.label().to_string(),
+            blake3: p.facts().blake3.clone(),
+            name: p.info().name.clone(),
+            version: p.info().version.clone(),
+            params: p
+                .params()
+                .iter()
+                .map(|(k, v)| (k.clone(), lsgd_runtime::plugin::params::render(v)))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Copies the checkpoint's model variables into `vs`.
+fn restore_model(vs: &VarStore, tensors: &[(String, Tensor)]) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    for (name, mut var) in vs.variables() {
+        let key = format!("{MODEL}{name}");
+        let saved = tensors
+            .iter()
+            .find(|(n, _)| *n == key)
+            .map(|(_, t)| t)
+            .ok_or_else(|| Error::Checkpoint(format!("no tensor `{key}`")))?;
+        if saved.size() != var.size() {
+            return Err(Error::Checkpoint(format!(
+                "tensor `{key}` has shape {:?}, the model needs {:?}",
+                saved.size(),
+                var.size()
+            )));
+        }
+        var.copy_(&saved.to_device(var.device()));
+    }
+    Ok(())
+}
+
+/// The metrics writer on rank 0, nothing elsewhere.
+struct Metrics(Option<MetricsWriter>);
+
+impl Metrics {
+    fn write(&mut self, record: &Record) -> Result<()> {
+        match &mut self.0 {
+            Some(w) => w.write(record),
+            None => Ok(()),
+        }
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        match &mut self.0 {
+            Some(w) => w.flush(),
+            None => Ok(()),
+        }
+    }
+}
