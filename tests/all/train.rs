@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use lsgd_host::collective::Algorithm;
 use lsgd_host::data::DEFAULT_DIR;
 use lsgd_host::model::{Arch, ModelSpec};
-use lsgd_host::optim::{SgdConfig, SgdForm};
+use lsgd_host::optim::{AdamWConfig, SgdConfig, SgdForm};
 use lsgd_host::plugin::Plugin;
 use lsgd_host::policy::{Bounds, PolicySet};
 use lsgd_host::train::metrics::{self, Record};
@@ -25,6 +25,7 @@ fn config(out: PathBuf, arch: Arch, train: usize, epochs: u32, batch: u32) -> Tr
                 zero_init_residual: arch == Arch::Resnet,
             },
             sgd: SgdConfig::default(),
+            adamw: None,
             epochs,
             global_batch: batch,
             max_micro_batch: 512,
@@ -375,4 +376,62 @@ fn the_goyal_example_config_is_a_valid_run() {
     );
     // 256 samples in micro-batches of 32: eight accumulated passes per step.
     assert_eq!(steps(&out)[0].micro_batches, 8);
+}
+
+#[test]
+fn adamw_learns_and_resumes_bit_for_bit() {
+    let mut straight = config(scratch("train-adamw-straight"), Arch::Cnn, 600, 2, 64);
+    straight.run.base_lr = 0.002;
+    straight.run.reference_batch = 64;
+    straight.run.adamw = Some(AdamWConfig {
+        weight_decay: 0.01,
+        ..AdamWConfig::default()
+    });
+    let a = train::run(&straight, warmup_and_smoothing(), None, quiet()).unwrap();
+    assert_eq!(a.steps, 19);
+    let acc = a.last_eval.unwrap().accuracy;
+    assert!(
+        acc > 0.5,
+        "AdamW reached {acc} after 2 epochs of 600 samples"
+    );
+    // The moments and the step count are in the checkpoint: 9 + resume + 10 = 19 straight.
+    let mut first = straight.clone();
+    first.invocation.out = scratch("train-adamw-split");
+    first.invocation.stop_after_steps = Some(9);
+    train::run(&first, warmup_and_smoothing(), None, quiet()).unwrap();
+    let mut second = first.clone();
+    second.invocation.stop_after_steps = None;
+    let out = first.invocation.out.clone();
+    let b = train::run(&second, warmup_and_smoothing(), Some(&out), quiet()).unwrap();
+    assert_eq!(b.weights_blake3, a.weights_blake3, "resumed weights differ");
+    // SGD's checkpoint does not resume as AdamW.
+    let mut sgd = first.clone();
+    sgd.run.adamw = None;
+    let e = train::run(&sgd, warmup_and_smoothing(), Some(&out), quiet()).unwrap_err();
+    assert!(format!("{e:#}").contains("--optimizer"), "{e:#}");
+}
+
+#[test]
+fn adamw_keeps_two_ranks_bit_identical() {
+    let out = scratch("mpi-adamw");
+    let o = mpirun(&[ranks(
+        2,
+        &out,
+        &[
+            "--optimizer",
+            "adamw",
+            "--base-lr",
+            "0.002",
+            "--stop-after-steps",
+            "6",
+        ],
+    )]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("bit-identical on all 2 ranks at step 6"),
+        "{}",
+        stderr(&o)
+    );
+    let meta = checkpoint_meta(&out);
+    assert_eq!(meta["config"]["adamw"]["beta2"], 0.999);
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::model::ModelSpec;
-use crate::optim::SgdConfig;
+use crate::optim::{AdamWConfig, SgdConfig, SgdForm};
 use lsgd_collective::Algorithm;
 
 /// Where tensors live.
@@ -41,8 +41,11 @@ pub struct TrainConfig {
 pub struct RunConfig {
     /// The network.
     pub model: ModelSpec,
-    /// The optimiser.
+    /// The SGD settings (the optimiser unless `adamw` is set).
     pub sgd: SgdConfig,
+    /// AdamW instead of SGD (`--optimizer adamw`).
+    #[serde(default)]
+    pub adamw: Option<AdamWConfig>,
     /// Epochs to train.
     pub epochs: u32,
     /// Global batch at step 0 (what a batch-size policy sees as configured).
@@ -99,6 +102,15 @@ impl TrainConfig {
         let run = &self.run;
         run.model.validate()?;
         run.sgd.validate()?;
+        if let Some(adamw) = &run.adamw {
+            adamw.validate()?;
+            if run.sgd.nesterov || run.sgd.form == SgdForm::Goyal {
+                return Err(Error::Config(
+                    "--nesterov and --sgd-form goyal are SGD's; --optimizer adamw takes neither"
+                        .into(),
+                ));
+            }
+        }
         if run.max_micro_batch == 0 {
             return Err(Error::Config("--max-micro-batch must be at least 1".into()));
         }
@@ -160,6 +172,8 @@ fn diff(now: &serde_json::Value, then: &serde_json::Value, out: &mut Vec<String>
 fn flag(field: &str) -> String {
     match field {
         "arch" => "--model".into(),
+        "adamw" => "--optimizer".into(),
+        "beta1" | "beta2" | "eps" => format!("--adam-{field}"),
         "form" => "--sgd-form".into(),
         "decay_bn_and_bias" => "--no-decay-bn-bias".into(),
         "momentum_correction" => "--no-momentum-correction".into(),
@@ -180,6 +194,7 @@ mod tests {
                 zero_init_residual: false,
             },
             sgd: SgdConfig::default(),
+            adamw: None,
             epochs: 2,
             global_batch: 64,
             max_micro_batch: 512,
@@ -202,9 +217,11 @@ mod tests {
         other.sgd.nesterov = true;
         other.model.arch = Arch::Mlp;
         other.train_subset = None;
+        other.adamw = Some(AdamWConfig::default());
         assert_eq!(
             other.mismatches(&run()),
             [
+                "--optimizer: checkpoint has null, this run has {\"beta1\":0.9,\"beta2\":0.999,\"decay_bn_and_bias\":true,\"eps\":1e-8,\"weight_decay\":0.01}",
                 "--model: checkpoint has \"cnn\", this run has \"mlp\"",
                 "--seed: checkpoint has 7, this run has 8",
                 "--nesterov: checkpoint has false, this run has true",
@@ -232,6 +249,22 @@ mod tests {
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(v["seed"], 7);
         assert_eq!(v["out"], "o");
-        assert_eq!(serde_json::from_value::<TrainConfig>(v).unwrap(), c);
+        assert_eq!(serde_json::from_value::<TrainConfig>(v.clone()).unwrap(), c);
+        // Checkpoints written before `adamw` existed still read, as SGD runs.
+        let mut old = v;
+        old.as_object_mut().unwrap().remove("adamw");
+        assert_eq!(serde_json::from_value::<TrainConfig>(old).unwrap(), c);
+    }
+
+    #[test]
+    fn adamw_settings_are_named_by_their_flags() {
+        let mut a = run();
+        a.adamw = Some(AdamWConfig::default());
+        let mut b = a.clone();
+        b.adamw.as_mut().unwrap().beta2 = 0.99;
+        assert_eq!(
+            b.mismatches(&a),
+            ["--adam-beta2: checkpoint has 0.999, this run has 0.99"]
+        );
     }
 }

@@ -119,6 +119,7 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
                 zero_init_residual: false,
             },
             sgd: SgdConfig::default(),
+            adamw: None,
             epochs: 1000,
             global_batch: setup.batch,
             max_micro_batch: setup.batch,

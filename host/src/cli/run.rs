@@ -8,7 +8,7 @@ use clap::Args;
 use super::args::{LimitArgs, PolicyArgs};
 use crate::collective::{Algorithm, World};
 use crate::model::{Arch, ModelSpec};
-use crate::optim::{SgdConfig, SgdForm};
+use crate::optim::{AdamWConfig, OptimizerKind, SgdConfig, SgdForm};
 use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
 
 /// Arguments of `run`. Every flag can also be a key of the `--config` TOML file.
@@ -46,7 +46,19 @@ pub struct RunArgs {
     /// Batch size --base-lr applies to (the schedule plugin scales it).
     #[arg(long, default_value_t = 256)]
     reference_batch: u32,
-    /// Momentum.
+    /// The update rule: SGD with momentum, or AdamW (decoupled weight decay = --weight-decay).
+    #[arg(long, value_enum, default_value_t = OptimizerKind::Sgd)]
+    optimizer: OptimizerKind,
+    /// AdamW's β1.
+    #[arg(long, default_value_t = 0.9)]
+    adam_beta1: f64,
+    /// AdamW's β2.
+    #[arg(long, default_value_t = 0.999)]
+    adam_beta2: f64,
+    /// AdamW's ε.
+    #[arg(long, default_value_t = 1e-8)]
+    adam_eps: f64,
+    /// Momentum (SGD).
     #[arg(long, default_value_t = 0.9)]
     momentum: f64,
     /// Nesterov momentum.
@@ -155,6 +167,13 @@ impl RunArgs {
                 form: self.sgd_form,
                 momentum_correction: !self.no_momentum_correction,
             },
+            adamw: (self.optimizer == OptimizerKind::Adamw).then_some(AdamWConfig {
+                beta1: self.adam_beta1,
+                beta2: self.adam_beta2,
+                eps: self.adam_eps,
+                weight_decay: self.weight_decay,
+                decay_bn_and_bias: !self.no_decay_bn_bias,
+            }),
             epochs: self.epochs,
             global_batch: self.global_batch,
             max_micro_batch: self.max_micro_batch,

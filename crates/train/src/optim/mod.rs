@@ -6,16 +6,29 @@
 //! tensors for checkpoints. A new rule (AdamW, LAMB, …) is a new file here implementing the
 //! trait; the training loop does not change.
 //!
-//! - [`sgd`]: SGD with momentum in PyTorch's and Goyal's forms.
+//! - [`sgd`]: SGD with momentum in PyTorch's and Goyal's forms;
+//! - [`adamw`]: AdamW as `torch.optim.AdamW` computes it.
 
+pub mod adamw;
 pub mod sgd;
 
 use tch::Tensor;
 use tch::nn::VarStore;
 
+pub use adamw::{AdamW, AdamWConfig};
 pub use sgd::{Sgd, SgdConfig, SgdForm};
 
 use crate::Error;
+
+/// The update rule (`--optimizer`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OptimizerKind {
+    /// SGD with momentum ([`Sgd`]).
+    #[default]
+    Sgd,
+    /// AdamW ([`AdamW`]).
+    Adamw,
+}
 
 /// A trainable tensor and its name in the variable store.
 pub struct Param {
@@ -36,6 +49,26 @@ impl Param {
             .collect();
         vars.sort_by(|a, b| a.name.cmp(&b.name));
         vars
+    }
+
+    /// The weight decay of each of `params`: `weight_decay`, or 0 for BatchNorm parameters
+    /// and biases (fewer than two dimensions) unless `decay_bn_and_bias`.
+    pub fn decays(params: &[Param], weight_decay: f64, decay_bn_and_bias: bool) -> Vec<f64> {
+        params
+            .iter()
+            .map(|p| {
+                let excluded = !decay_bn_and_bias && p.tensor.dim() < 2;
+                if excluded { 0.0 } else { weight_decay }
+            })
+            .collect()
+    }
+
+    /// One zero tensor shaped like each of `params`, outside autograd (optimizer state).
+    pub fn zeros(params: &[Param]) -> Vec<Tensor> {
+        params
+            .iter()
+            .map(|p| p.tensor.zeros_like().set_requires_grad(false))
+            .collect()
     }
 }
 
@@ -94,7 +127,35 @@ pub trait Optimizer {
     }
 }
 
-/// The state tensor `key` of `tensors`, as binary32 of shape `shape`.
+/// Per-parameter state tensors under `prefix` + the parameter's name, for a checkpoint.
+pub(crate) fn named_state(
+    prefix: &str,
+    params: &[Param],
+    state: &[Tensor],
+) -> Vec<(String, Tensor)> {
+    params
+        .iter()
+        .zip(state)
+        .map(|(p, t)| (format!("{prefix}{}", p.name), t.shallow_clone()))
+        .collect()
+}
+
+/// Copies what [`named_state`] saved under `prefix` back into `state`, in binary32.
+pub(crate) fn restore_state(
+    tensors: &[(String, Tensor)],
+    prefix: &str,
+    params: &[Param],
+    state: &mut [Tensor],
+) -> Result<(), Error> {
+    let _guard = tch::no_grad_guard();
+    for (p, t) in params.iter().zip(state) {
+        let saved = state_tensor(tensors, &format!("{prefix}{}", p.name), &t.size())?;
+        t.copy_(&saved.to_kind(tch::Kind::Float).to_device(t.device()));
+    }
+    Ok(())
+}
+
+/// The state tensor `key` of `tensors`, checked to have shape `shape`.
 pub(crate) fn state_tensor(
     tensors: &[(String, Tensor)],
     key: &str,
@@ -111,5 +172,5 @@ pub(crate) fn state_tensor(
             t.size()
         )));
     }
-    Ok(t.to_kind(tch::Kind::Float))
+    Ok(t.shallow_clone())
 }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tch::Tensor;
 use tch::nn::VarStore;
 
-use super::{LrScale, Optimizer, Param, state_tensor};
+use super::{LrScale, Optimizer, Param, named_state, restore_state};
 use crate::Error;
 
 /// Which update equations to use.
@@ -110,17 +110,8 @@ impl Sgd {
     /// An optimiser for the trainable variables of `vs`, with zero history.
     pub fn new(vs: &VarStore, config: SgdConfig) -> Self {
         let params = Param::trainable(vs);
-        let decay = params
-            .iter()
-            .map(|p| {
-                let excluded = !config.decay_bn_and_bias && p.tensor.dim() < 2;
-                if excluded { 0.0 } else { config.weight_decay }
-            })
-            .collect();
-        let history = params
-            .iter()
-            .map(|p| p.tensor.zeros_like().set_requires_grad(false))
-            .collect();
+        let decay = Param::decays(&params, config.weight_decay, config.decay_bn_and_bias);
+        let history = Param::zeros(&params);
         Sgd {
             config,
             last_scale: vec![1.0; params.len()],
@@ -225,11 +216,7 @@ impl Optimizer for Sgd {
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
-        self.params
-            .iter()
-            .zip(&self.history)
-            .map(|(p, h)| (format!("{HISTORY}{}", p.name), h.shallow_clone()))
-            .collect()
+        named_state(HISTORY, &self.params, &self.history)
     }
 
     fn load_state(
@@ -237,11 +224,7 @@ impl Optimizer for Sgd {
         tensors: &[(String, Tensor)],
         last_lr: Option<f64>,
     ) -> Result<(), Error> {
-        let _guard = tch::no_grad_guard();
-        for (p, h) in self.params.iter().zip(&mut self.history) {
-            let key = format!("{HISTORY}{}", p.name);
-            h.copy_(&state_tensor(tensors, &key, &h.size())?.to_device(h.device()));
-        }
+        restore_state(tensors, HISTORY, &self.params, &mut self.history)?;
         self.last_lr = last_lr;
         Ok(())
     }
