@@ -117,9 +117,10 @@ impl Optimizer for AdamW {
             beta1, beta2, eps, ..
         } = self.config;
         self.steps += 1;
-        let t = self.steps as i32;
-        let correction1 = 1.0 - beta1.powi(t);
-        let correction2_sqrt = (1.0 - beta2.powi(t)).sqrt();
+        // powf, as Python's `beta ** step` in torch.optim (powi rounds differently).
+        let t = self.steps as f64;
+        let correction1 = 1.0 - beta1.powf(t);
+        let correction2_sqrt = (1.0 - beta2.powf(t)).sqrt();
         for i in 0..self.params.len() {
             let s = scale.of(i);
             let rate = if s == 1.0 { lr } else { lr * s };
@@ -232,6 +233,68 @@ mod tests {
             let diff = (&w - &reference[&name]).abs().max().double_value(&[]);
             assert!(diff < 1e-6, "{name}: weights differ by {diff}");
         }
+    }
+
+    /// `scripts/torch-adamw-reference.py`'s problem: the gradient of Σ c·w is c, with c and w
+    /// exact binary fractions, so both sides start every step from the same numbers.
+    fn torch_problem(name: &str, n: usize, t: usize) -> (Vec<f32>, Vec<f32>) {
+        let (w_off, g_off) = if name == "a" { (3, 1) } else { (11, 4) };
+        let w = (0..n)
+            .map(|j| ((j * 5 + w_off) % 32) as f32 / 16.0 - 1.0)
+            .collect();
+        let g = (0..n)
+            .map(|j| ((j * 7 + t * 13 + g_off) % 17) as f32 / 8.0 - 1.0)
+            .collect();
+        (w, g)
+    }
+
+    #[test]
+    fn a_hundred_steps_match_torch_optim() {
+        let reference: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/data/adamw-torch.json")).unwrap();
+        let c = &reference["config"];
+        let config = AdamWConfig {
+            beta1: c["beta1"].as_f64().unwrap(),
+            beta2: c["beta2"].as_f64().unwrap(),
+            eps: c["eps"].as_f64().unwrap(),
+            weight_decay: c["weight_decay"].as_f64().unwrap(),
+            decay_bn_and_bias: true,
+        };
+        let vs = VarStore::new(Device::Cpu);
+        let shapes = [("a", vec![3i64, 4]), ("b", vec![4])];
+        let vars: Vec<Tensor> = shapes
+            .iter()
+            .map(|(name, shape)| {
+                let n = shape.iter().product::<i64>() as usize;
+                let w = Tensor::from_slice(&torch_problem(name, n, 0).0).view(shape.as_slice());
+                vs.root().var_copy(name, &w)
+            })
+            .collect();
+        let mut opt = AdamW::new(&vs, config);
+        let mut worst = 0.0f64;
+        for (t, want) in reference["weights"].as_array().unwrap().iter().enumerate() {
+            opt.zero_grad();
+            let mut loss = Tensor::zeros([], (Kind::Float, Device::Cpu));
+            for ((name, _), w) in shapes.iter().zip(&vars) {
+                let g = Tensor::from_slice(&torch_problem(name, w.numel(), t).1)
+                    .view(w.size().as_slice());
+                loss += (&g * w).sum(Kind::Float);
+            }
+            loss.backward();
+            opt.step(lr(t), &LrScale::Uniform);
+            for ((name, _), w) in shapes.iter().zip(&vars) {
+                let ours = Vec::<f32>::try_from(w.reshape([-1])).unwrap();
+                for (x, y) in ours.iter().zip(want[name].as_array().unwrap()) {
+                    let y = y.as_f64().unwrap();
+                    worst = worst.max((f64::from(*x) - y).abs() / y.abs().max(1e-3));
+                }
+            }
+        }
+        assert_eq!(reference["weights"].as_array().unwrap().len(), 100);
+        assert!(
+            worst <= 1e-6,
+            "relative difference to torch.optim.AdamW up to {worst:e}"
+        );
     }
 
     #[test]
