@@ -50,6 +50,20 @@ enum Outcome {
     Skipped,
 }
 
+/// What one exchange talks to: the ranks, the collective algorithm and the codec.
+struct Link<'a> {
+    world: &'a mut World,
+    algo: Algorithm,
+    codec: &'a mut Plugin,
+}
+
+/// One exchange's running totals on this rank, and the codec fault it met, if any.
+#[derive(Default)]
+struct Tally {
+    out: Exchanged,
+    failed: Option<PluginError>,
+}
+
 /// What the rounds of one bucket moved: the combined payloads of a summable codec, or every
 /// rank's payload of a gathered one, and this rank's last own payload.
 #[derive(Default)]
@@ -123,8 +137,8 @@ impl Compressor {
         step: u64,
     ) -> Result<Exchanged> {
         let _guard = tch::no_grad_guard();
-        let mut out = Exchanged::default();
-        let mut failed: Option<PluginError> = None;
+        let mut link = Link { world, algo, codec };
+        let mut tally = Tally::default();
         let mut new_residuals = Vec::with_capacity(buckets.len());
         for (b, bucket) in buckets.iter().enumerate() {
             let mut data = bucket.gather(weights)?;
@@ -133,10 +147,9 @@ impl Compressor {
                     *x += e;
                 }
             }
-            out.floats += data.len() as u64;
-            let meta = self.meta(bucket, b, step, world.rank());
-            let io = (&mut *world, algo, &mut *codec);
-            match self.bucket(io, meta, &data, &mut out, &mut failed)? {
+            tally.out.floats += data.len() as u64;
+            let meta = self.meta(bucket, b, step, link.world.rank());
+            match self.bucket(&mut link, meta, &data, &mut tally)? {
                 Outcome::Done { sum, own } => {
                     if self.residuals.is_some() {
                         new_residuals.push(data.iter().zip(&own).map(|(p, d)| p - d).collect());
@@ -149,7 +162,8 @@ impl Compressor {
         }
         // A decode that failed only here (the own payload, for the residual) must stop every
         // rank, as must one in the last bucket, which no later agreement would see.
-        match (world.agree_failure(failed.is_some())?, failed) {
+        let Tally { out, failed } = tally;
+        match (link.world.agree_failure(failed.is_some())?, failed) {
             (_, Some(e)) => return Err(Error::Plugin(e)),
             (Some(r), None) => {
                 return Err(Error::Exchange(format!(
@@ -169,23 +183,20 @@ impl Compressor {
     /// length agreement, so that the other ranks stop with it.
     fn bucket(
         &self,
-        io: (&mut World, Algorithm, &mut Plugin),
-        meta: Meta,
+        link: &mut Link,
+        mut meta: Meta,
         data: &[f32],
-        out: &mut Exchanged,
-        failed: &mut Option<PluginError>,
+        tally: &mut Tally,
     ) -> Result<Outcome> {
-        let (world, algo, codec) = io;
         let mut moved = Moved::default();
-        let mut meta = meta;
         for round in 0..self.properties.rounds {
             meta.round = round;
-            self.round(world, algo, codec, &meta, data, &mut moved, out, failed)?;
+            self.round(link, &meta, data, &mut moved, tally)?;
         }
-        match self.decode(codec, &meta, moved, world.rank()) {
+        match self.decode(link.codec, &meta, moved, link.world.rank()) {
             Ok((sum, own)) => Ok(Outcome::Done { sum, own }),
             Err(e) => {
-                *failed = Some(e);
+                tally.failed = Some(e);
                 Ok(Outcome::Skipped)
             }
         }
@@ -193,29 +204,29 @@ impl Compressor {
 
     /// One round of one bucket: encode (unless this rank already failed), agree on the
     /// lengths, then all-reduce or all-gather the payloads.
-    #[allow(clippy::too_many_arguments)]
     fn round(
         &self,
-        world: &mut World,
-        algo: Algorithm,
-        codec: &mut Plugin,
+        link: &mut Link,
         meta: &Meta,
         data: &[f32],
         moved: &mut Moved,
-        out: &mut Exchanged,
-        failed: &mut Option<PluginError>,
+        tally: &mut Tally,
     ) -> Result<()> {
-        let mine = match failed {
+        let mine = match tally.failed {
             Some(_) => None,
-            None => codec
+            None => link
+                .codec
                 .encode(meta, data, &moved.agreed)
-                .map_err(|e| *failed = Some(e))
+                .map_err(|e| tally.failed = Some(e))
                 .ok(),
         };
-        let lens = match world.agree_lengths(mine.as_ref().map(|p| p.len() as u64))? {
+        let lens = match link
+            .world
+            .agree_lengths(mine.as_ref().map(|p| p.len() as u64))?
+        {
             Agreement::Lengths(lens) => lens,
             Agreement::Failed { rank } => {
-                return Err(match failed.take() {
+                return Err(match tally.failed.take() {
                     Some(e) => Error::Plugin(e),
                     None => Error::Exchange(format!(
                         "codec {} failed on rank {rank} at step {} (bucket {}, round {}); see that rank's error",
@@ -225,7 +236,7 @@ impl Compressor {
             }
         };
         let mine = mine.expect("no rank failed");
-        out.payload_bytes += mine.len() as u64;
+        tally.out.payload_bytes += mine.len() as u64;
         match self.properties.combine {
             Combine::Sum(element) => {
                 if lens.iter().any(|l| *l != lens[0])
@@ -236,14 +247,14 @@ impl Compressor {
                         self.label, meta.step, meta.bucket, meta.round
                     )));
                 }
-                let (sum, t) = world.all_reduce_payload(algo, element, &mine)?;
-                out.traffic += t;
+                let (sum, t) = link.world.all_reduce_payload(link.algo, element, &mine)?;
+                tally.out.traffic += t;
                 moved.agreed.push(sum);
                 moved.own_last = mine;
             }
             Combine::Gather => {
-                let (all, t) = world.all_gather_bytes(&mine)?;
-                out.traffic += t;
+                let (all, t) = link.world.all_gather_bytes(&mine)?;
+                tally.out.traffic += t;
                 moved.gathered = all;
             }
         }
