@@ -121,18 +121,6 @@ fn half_tolerance<H: Half>(p: usize) -> f64 {
 /// A row's algorithm: its name, the algorithm, and the simulated node size it runs with.
 type Case = (String, Algorithm, Option<usize>);
 
-/// The element formats, in row order.
-const ELEMENTS: [Element; 3] = [Element::F32, Element::F16, Element::Bf16];
-
-/// `f32`, `f16` or `bf16`.
-fn element_name(element: Element) -> &'static str {
-    match element {
-        Element::F32 => "f32",
-        Element::F16 => "f16",
-        Element::Bf16 => "bf16",
-    }
-}
-
 /// Runs the plan on every rank (collective); every rank returns the same outcomes (errors are
 /// maxed and hashes gathered across ranks).
 pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
@@ -175,11 +163,11 @@ pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
         outcomes.extend(
             cases
                 .iter()
-                .map(|(name, ..)| Outcome::new(name, element_name(element), tolerance)),
+                .map(|(name, ..)| Outcome::new(name, element.name(), tolerance)),
         );
     }
-    for element in ELEMENTS {
-        outcomes.push(Outcome::new(PAYLOAD_ROW, element_name(element), 0.0));
+    for element in Element::ALL {
+        outcomes.push(Outcome::new(PAYLOAD_ROW, element.name(), 0.0));
     }
     outcomes.push(Outcome::new("all-gather of bytes", "bytes", 0.0));
     outcomes.push(Outcome::new("length agreement", "u64", 0.0));
@@ -188,7 +176,7 @@ pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
     for &n in &plan.sizes {
         let inputs: Vec<Vec<f32>> = (0..p).map(|r| rank_data(plan.seed, r, n)).collect();
         let (sums, rest) = outcomes.split_at_mut(3 * k);
-        let (payload_rows, rest) = rest.split_at_mut(ELEMENTS.len());
+        let (payload_rows, rest) = rest.split_at_mut(Element::ALL.len());
         let checks = [
             f32_rows(world, &cases, &inputs[rank], n, &mut sums[..k])?,
             half_rows::<F16>(world, &cases, &inputs, n, &mut sums[k..2 * k])?,

@@ -116,6 +116,18 @@ pub enum Element {
 }
 
 impl Element {
+    /// Every element type.
+    pub const ALL: [Element; 3] = [Element::F32, Element::F16, Element::Bf16];
+
+    /// `f32`, `f16` or `bf16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Element::F32 => "f32",
+            Element::F16 => "f16",
+            Element::Bf16 => "bf16",
+        }
+    }
+
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
