@@ -29,7 +29,7 @@ use crate::config::TrainConfig;
 use crate::eval::{self, Evaluation};
 use crate::exchange::{Exchanged, GradientExchange};
 use crate::metrics::{EvalRecord, MetricsWriter, Record, StepRecord};
-use crate::optim::{AdamW, LrScale, Optimizer, Sgd};
+use crate::optim::{self, LrScale, Optimizer};
 use crate::order::{SampleOrder, micro_batches};
 use crate::progress::Progress;
 use crate::tensors::DataTensors;
@@ -113,10 +113,7 @@ impl<'w> Trainer<'w> {
         tch::manual_seed(run.seed as i64);
         let vs = VarStore::new(device);
         let model = run.model.build(&vs.root(), data.image, data.classes);
-        let opt: Box<dyn Optimizer> = match run.adamw {
-            Some(c) => Box::new(AdamW::new(&vs, c)),
-            None => Box::new(Sgd::new(&vs, run.sgd)),
-        };
+        let opt = optim::build(&vs, run.sgd, run.adamw);
         let shapes: Vec<(String, Vec<i64>)> = opt
             .params()
             .iter()

@@ -98,20 +98,13 @@ fn load_policies(runtime: &Runtime, bounds: Bounds) -> Result<PolicySet> {
             .collect();
         plugins.push(runtime.load_configured(name, Some(*kind), &settings)?);
     }
-    PolicySet::new(plugins, bounds).map_err(anyhow::Error::msg)
+    Ok(PolicySet::new(plugins, bounds)?)
 }
 
-/// Runs both sides and the policy comparison.
-pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
-    if !matches!(setup.model, Arch::Cnn | Arch::Mlp) {
-        bail!(
-            "bench train compares `cnn` or `mlp`; the PyTorch script has no {}",
-            setup.model
-        );
-    }
-    let out = std::env::temp_dir().join(format!("lsgd-bench-train-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let config = TrainConfig {
+/// The run both lsgd-host sides time: the bench's model and batch, one evaluation sample,
+/// stopped after the warm-up and timed steps.
+fn train_config(setup: &Setup, out: &std::path::Path) -> TrainConfig {
+    TrainConfig {
         run: RunConfig {
             model: ModelSpec {
                 arch: setup.model,
@@ -136,14 +129,27 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
             threads: setup.threads,
             data: setup.data.clone(),
             device: DeviceChoice::Cpu,
-            out: out.clone(),
+            out: out.to_path_buf(),
             checkpoint_every: 0,
             stop_after_steps: Some(setup.warmup + setup.steps),
             csv: false,
             allreduce: Algorithm::Mpi,
             consistency_every: 100,
         },
-    };
+    }
+}
+
+/// Runs both sides and the policy comparison.
+pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
+    if !matches!(setup.model, Arch::Cnn | Arch::Mlp) {
+        bail!(
+            "bench train compares `cnn` or `mlp`; the PyTorch script has no {}",
+            setup.model
+        );
+    }
+    let out = std::env::temp_dir().join(format!("lsgd-bench-train-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let config = train_config(setup, &out);
     let bounds = Bounds {
         max_batch: setup.batch,
     };

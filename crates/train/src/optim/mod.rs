@@ -30,6 +30,15 @@ pub enum OptimizerKind {
     Adamw,
 }
 
+/// The optimizer of a run over the trainable variables of `vs`: AdamW when its settings are
+/// given, else SGD.
+pub fn build(vs: &VarStore, sgd: SgdConfig, adamw: Option<AdamWConfig>) -> Box<dyn Optimizer> {
+    match adamw {
+        Some(c) => Box::new(AdamW::new(vs, c)),
+        None => Box::new(Sgd::new(vs, sgd)),
+    }
+}
+
 /// A trainable tensor and its name in the variable store.
 pub struct Param {
     /// The variable's path (`conv1.weight`).
