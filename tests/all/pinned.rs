@@ -5,7 +5,11 @@
 //! SGD form with Nesterov and momentum correction, micro-batch accumulation).
 //!
 //! The hashes depend on libtorch's CPU kernels: a libtorch version or a CPU with other vector
-//! instructions may round differently. Rerun the runs on the old code before blessing new ones.
+//! instructions rounds differently. So the pins are kept per CPU model ([`PINS`]): the first set
+//! was recorded on the CPU of the machine issue 17 was done on, the second on an
+//! "Intel(R) Xeon(R) Processor" (AVX-512) with the code of commit e9d1587, before issue 11
+//! touched the trainer. A CPU without pins of its own is held to the first set. Rerun the runs
+//! on the old code before adding or blessing a set.
 
 use crate::common::*;
 
@@ -53,16 +57,49 @@ fn weights_hash(stdout: &str) -> String {
         .to_string()
 }
 
-fn assert_pinned(what: &str, got: &str, want: &str) {
+/// The pinned hashes by CPU model (`model name` of /proc/cpuinfo; `None`: any other CPU), in
+/// the order one process, two ranks ring, top-k with error feedback, fp16 with error feedback.
+const PINS: &[(Option<&str>, [&str; 4])] = &[
+    (
+        None,
+        [
+            "2c0f4bcdcd3b8a229cbd49593d8ed59eb9f5eedb7779bfec9f950313bb77fa47",
+            "50afbc9b60ba408cc189b94174d510fab6db531ca31545dc2fb7f94eb9f99ca2",
+            "819627260a0a2f195b8175574c818e27672d889bf38a734d34b0f432d0adddd0",
+            "4acaf7adb70037cda56d259519ce17042940e41abac4a2bf441fb157a9adc238",
+        ],
+    ),
+    (
+        Some("Intel(R) Xeon(R) Processor"),
+        [
+            "0cec8083811f5a5a0866fe9e4d04f2dbad0298e824077df6cdc43081bd1b0308",
+            "1ba5d3ee06f4aead59da1510ce8a9ccae85bd24b04a8dbff68508aa0ba1268f2",
+            "070559cb37081d643d1f80f34db68c4db8051ff20850dfc1bf797914742d0d20",
+            "59f011e55b32fafc3669273e6362db2fc08565639a55b0f508e97b936debc158",
+        ],
+    ),
+];
+
+/// This machine's CPU model.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// Run `which` (an index into a [`PINS`] set) must end with this CPU's pinned hash.
+fn assert_pinned(what: &str, got: &str, which: usize) {
+    let cpu = cpu_model();
+    let (_, pins) = PINS
+        .iter()
+        .find(|(m, _)| *m == Some(cpu.as_str()))
+        .unwrap_or(&PINS[0]);
     assert_eq!(
-        got,
-        want,
-        "{what}: the weights after the pinned run changed (CPU: {})",
-        std::fs::read_to_string("/proc/cpuinfo")
-            .unwrap_or_default()
-            .lines()
-            .find(|l| l.starts_with("model name"))
-            .unwrap_or("unknown")
+        got, pins[which],
+        "{what}: the weights after the pinned run changed (CPU: {cpu})"
     );
 }
 
@@ -94,7 +131,7 @@ fn one_process_ends_with_the_pinned_weights() {
     assert_pinned(
         "one process",
         &single("pinned-one", &[]),
-        "2c0f4bcdcd3b8a229cbd49593d8ed59eb9f5eedb7779bfec9f950313bb77fa47",
+        0,
     );
 }
 
@@ -107,7 +144,7 @@ fn two_ranks_end_with_the_pinned_weights() {
     assert_pinned(
         "two ranks, ring",
         &got,
-        "50afbc9b60ba408cc189b94174d510fab6db531ca31545dc2fb7f94eb9f99ca2",
+        1,
     );
 }
 
@@ -128,7 +165,7 @@ fn two_ranks_through_a_codec_with_error_feedback_end_with_the_pinned_weights() {
     assert_pinned(
         "two ranks, top-k 10% + error feedback",
         &top_k,
-        "819627260a0a2f195b8175574c818e27672d889bf38a734d34b0f432d0adddd0",
+        2,
     );
     let fp16 = two_ranks(
         "pinned-fp16",
@@ -143,6 +180,6 @@ fn two_ranks_through_a_codec_with_error_feedback_end_with_the_pinned_weights() {
     assert_pinned(
         "two ranks, fp16 + error feedback",
         &fp16,
-        "4acaf7adb70037cda56d259519ce17042940e41abac4a2bf441fb157a9adc238",
+        3,
     );
 }
