@@ -5,7 +5,8 @@
 //! `lsgd::policy::types` therefore resolve at the call site, which must be the module (normally
 //! the crate root) where `generate!` ran.
 
-/// Exports a [`Schedule`](crate::Schedule) from a crate that generated the `schedule-plugin` world.
+/// Exports a [`Schedule`](crate::Schedule) from a crate that generated the `schedule-plugin`
+/// world (of any contract version: the world is the same in all of them).
 ///
 /// ```ignore
 /// wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "schedule-plugin" });
@@ -19,6 +20,11 @@ macro_rules! export_schedule {
 }
 
 /// Exports a [`BatchSize`](crate::BatchSize) from a crate that generated the `batch-size-plugin` world.
+///
+/// ```ignore
+/// wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "batch-size-plugin" });
+/// lsgd_policy::export_batch_size!(lsgd_policy::batch_ramp::BatchRamp);
+/// ```
 #[macro_export]
 macro_rules! export_batch_size {
     ($policy:ty) => {
@@ -27,7 +33,13 @@ macro_rules! export_batch_size {
 }
 
 /// Exports a [`LabelSmoothing`](crate::LabelSmoothing) from a crate that generated the
-/// `label-smoothing-plugin` world.
+/// `label-smoothing-plugin` world of 0.1 or 0.3 (0.2's world also demands a `codec` export,
+/// which the crate must then implement itself for `__LsgdExport`).
+///
+/// ```ignore
+/// wit_bindgen::generate!({ path: "../../wit/v0.3.0", world: "label-smoothing-plugin" });
+/// lsgd_policy::export_label_smoothing!(lsgd_policy::label_smoothing::Smoothing);
+/// ```
 #[macro_export]
 macro_rules! export_label_smoothing {
     ($policy:ty) => {
@@ -35,12 +47,85 @@ macro_rules! export_label_smoothing {
     };
 }
 
-/// The body shared by the three export macros: `$iface` is the generated export module,
-/// `$kind` our trait and `$func` the method both of them name identically.
+/// Exports a [`LayerRate`](crate::LayerRate) from a crate that generated the
+/// `layer-rate-plugin` world of `wit/v0.3.0` or later.
+///
+/// ```ignore
+/// wit_bindgen::generate!({ path: "../../wit/v0.3.0", world: "layer-rate-plugin" });
+/// lsgd_policy::export_layer_rate!(lsgd_policy::lars::Lars);
+/// ```
+#[macro_export]
+macro_rules! export_layer_rate {
+    ($policy:ty) => {
+        $crate::__export_layer_rate!($policy);
+    };
+}
+
+/// Exports a [`Schedule`](crate::Schedule) that is also [`Stateful`](crate::Stateful) from a
+/// crate that generated the `stateful-schedule-plugin` world of `wit/v0.3.0` or later: every
+/// `learning-rate` call runs `observe` first, and the `state` interface exposes `snapshot` and
+/// `restore`.
+///
+/// ```ignore
+/// wit_bindgen::generate!({ path: "../../wit/v0.3.0", world: "stateful-schedule-plugin" });
+/// lsgd_policy::export_stateful_schedule!(lsgd_policy::plateau::Plateau);
+/// ```
+#[macro_export]
+macro_rules! export_stateful_schedule {
+    ($policy:ty) => {
+        $crate::__export_policy!($policy, schedule, Schedule, learning_rate -> f64, Stateful);
+    };
+}
+
+/// Exports a [`Stateful`](crate::Stateful) [`BatchSize`](crate::BatchSize) from a crate that
+/// generated the `stateful-batch-size-plugin` world of `wit/v0.3.0` or later.
+///
+/// ```ignore
+/// wit_bindgen::generate!({ path: "../../wit/v0.3.0", world: "stateful-batch-size-plugin" });
+/// lsgd_policy::export_stateful_batch_size!(MyController);
+/// ```
+#[macro_export]
+macro_rules! export_stateful_batch_size {
+    ($policy:ty) => {
+        $crate::__export_policy!($policy, batch_size, BatchSize, global_batch -> u32, Stateful);
+    };
+}
+
+/// Exports a [`Stateful`](crate::Stateful) [`LabelSmoothing`](crate::LabelSmoothing) from a
+/// crate that generated the `stateful-label-smoothing-plugin` world of `wit/v0.3.0` or later.
+///
+/// ```ignore
+/// wit_bindgen::generate!({ path: "../../wit/v0.3.0", world: "stateful-label-smoothing-plugin" });
+/// lsgd_policy::export_stateful_label_smoothing!(MySmoothing);
+/// ```
+#[macro_export]
+macro_rules! export_stateful_label_smoothing {
+    ($policy:ty) => {
+        $crate::__export_policy!($policy, label_smoothing, LabelSmoothing, epsilon -> f32, Stateful);
+    };
+}
+
+/// Exports a [`Stateful`](crate::Stateful) [`LayerRate`](crate::LayerRate) from a crate that
+/// generated the `stateful-layer-rate-plugin` world of `wit/v0.3.0` or later.
+///
+/// ```ignore
+/// wit_bindgen::generate!({ path: "../../wit/v0.3.0", world: "stateful-layer-rate-plugin" });
+/// lsgd_policy::export_stateful_layer_rate!(MyLayerRate);
+/// ```
+#[macro_export]
+macro_rules! export_stateful_layer_rate {
+    ($policy:ty) => {
+        $crate::__export_layer_rate!($policy, Stateful);
+    };
+}
+
+/// The body shared by the per-step export macros: `$iface` is the generated export module,
+/// `$kind` our trait and `$func` the method both of them name identically. With a trailing
+/// `Stateful`, each call observes first and the `state` interface is exported too.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __export_policy {
-    ($policy:ty, $iface:ident, $kind:ident, $func:ident -> $ret:ty) => {
+    ($policy:ty, $iface:ident, $kind:ident, $func:ident -> $ret:ty $(, $stateful:ident)?) => {
         $crate::__export_plugin!($policy);
 
         #[inline(always)]
@@ -50,17 +135,87 @@ macro_rules! __export_policy {
 
         impl exports::lsgd::policy::$iface::Guest for __LsgdExport {
             fn $func(state: lsgd::policy::types::TrainState) -> $ret {
-                __lsgd_with(|p| <$policy as $crate::$kind>::$func(p, &__lsgd_state(state)))
+                let s = __lsgd_state(state);
+                __lsgd_with(|p| {
+                    $(<$policy as $crate::$stateful>::observe(p, &s);)?
+                    <$policy as $crate::$kind>::$func(p, &s)
+                })
             }
         }
 
+        $($crate::__export_state!($policy, $stateful);)?
         export!(__LsgdExport);
     };
 }
 
+/// The body of the layer-rate export macros: `__export_policy` plus the tensors to convert.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_layer_rate {
+    ($policy:ty $(, $stateful:ident)?) => {
+        $crate::__export_plugin!($policy);
+
+        fn __lsgd_tensor(t: exports::lsgd::policy::layer_rate::TensorNorms) -> $crate::TensorNorms {
+            use exports::lsgd::policy::layer_rate::Role as W;
+            $crate::TensorNorms {
+                name: t.name,
+                shape: t.shape,
+                role: match t.role {
+                    W::Weight => $crate::Role::Weight,
+                    W::Bias => $crate::Role::Bias,
+                    W::Batchnorm => $crate::Role::BatchNorm,
+                },
+                weight_norm: t.weight_norm,
+                grad_norm: t.grad_norm,
+                update_norm: t.update_norm,
+                weight_decay: t.weight_decay,
+            }
+        }
+
+        impl exports::lsgd::policy::layer_rate::Guest for __LsgdExport {
+            fn multipliers(
+                state: lsgd::policy::types::TrainState,
+                tensors: ::std::vec::Vec<exports::lsgd::policy::layer_rate::TensorNorms>,
+            ) -> ::std::vec::Vec<f64> {
+                let s = $crate::copy_train_state!(state => $crate::State);
+                let tensors: ::std::vec::Vec<$crate::TensorNorms> =
+                    tensors.into_iter().map(__lsgd_tensor).collect();
+                __lsgd_with(|p| {
+                    $(<$policy as $crate::$stateful>::observe(p, &s);)?
+                    <$policy as $crate::LayerRate>::multipliers(p, &s, &tensors)
+                })
+            }
+        }
+
+        $($crate::__export_state!($policy, $stateful);)?
+        export!(__LsgdExport);
+    };
+}
+
+/// The `state` interface of a [`Stateful`](crate::Stateful) policy (`$stateful` is always
+/// `Stateful`; it is passed in so the callers' optional repetition has something to repeat on).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_state {
+    ($policy:ty, $stateful:ident) => {
+        impl exports::lsgd::policy::state::Guest for __LsgdExport {
+            fn snapshot() -> ::std::vec::Vec<u8> {
+                __lsgd_with(|p| <$policy as $crate::$stateful>::snapshot(p))
+            }
+
+            fn restore(
+                snapshot: ::std::vec::Vec<u8>,
+            ) -> ::core::result::Result<(), ::std::string::String> {
+                __lsgd_with(|p| <$policy as $crate::$stateful>::restore(p, &snapshot))
+            }
+        }
+    };
+}
+
 /// The `plugin` interface (describe, configure) of any [`Policy`](crate::Policy), and
-/// `__lsgd_with`, which runs a closure on the configured value; every export macro (the codec
-/// one in `lsgd-codec` too) starts with this and adds its own interface.
+/// `__lsgd_with`, which runs a closure on the configured value (mutably, for stateful
+/// policies); every export macro (the codec one in `lsgd-codec` too) starts with this and adds
+/// its own interface.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __export_plugin {
@@ -76,7 +231,7 @@ macro_rules! __export_plugin {
 
         /// Runs `f` on the configured policy, configuring it from its defaults if the host
         /// never called `configure` (e.g. on a fresh instance after a trap).
-        fn __lsgd_with<R>(f: impl ::core::ops::FnOnce(&$policy) -> R) -> R {
+        fn __lsgd_with<R>(f: impl ::core::ops::FnOnce(&mut $policy) -> R) -> R {
             __LSGD_POLICY.with(|cell| {
                 let mut slot = cell.borrow_mut();
                 let policy = slot.get_or_insert_with(|| {

@@ -1,10 +1,11 @@
-//! The `lsgd:policy@0.1.0` contract as plain Rust, plus the reference policies.
+//! The `lsgd:policy` contract (0.1 to 0.3) as plain Rust, plus the reference policies.
 //!
 //! The same code runs in two places: natively inside `lsgd-host` (its own train-state and
 //! parameter types, and the native side of the native-vs-wasm benchmark) and compiled to
 //! `wasm32-wasip2` inside each reference plugin. Keeping one copy of every formula is what lets
 //! the host check that a plugin returns the native answer bit for bit; [`NAMES`] lists the
-//! reference policies and [`native`] builds the native twin of one by name.
+//! reference policies and [`native`] builds the native twin of one by name ([`LAYER_RATE_NAMES`]
+//! and [`native_layer_rate`] for the layer-rate policies of contract 0.3).
 //!
 //! A guest crate exports a policy with two lines:
 //!
@@ -12,10 +13,16 @@
 //! wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "schedule-plugin" });
 //! lsgd_policy::export_schedule!(lsgd_policy::warmup::Warmup);
 //! ```
+//!
+//! Contract 0.3 adds two kinds of policy: layer-wise rates ([`LayerRate`], exported with
+//! `export_layer_rate!`) and policies that keep state between calls ([`Stateful`], exported with
+//! `export_stateful_schedule!` and its siblings for the other kinds), whose snapshot the host
+//! checkpoints.
 
 #![warn(missing_docs)]
 
 mod export;
+mod layer_rate;
 mod params;
 mod util;
 
@@ -24,10 +31,16 @@ pub mod constant;
 pub mod constant_batch;
 pub mod cosine;
 pub mod label_smoothing;
+pub mod lamb;
+pub mod lars;
 pub mod lr;
+pub mod plateau;
 pub mod poly;
 pub mod warmup;
 
+pub use layer_rate::{
+    LAYER_RATE_NAMES, LayerRate, NativeLayerRateFn, Role, TensorNorms, native_layer_rate,
+};
 pub use params::Params;
 
 /// Everything a policy may know about training at one step; field-for-field the WIT `train-state`.
@@ -163,6 +176,11 @@ impl ParamSpec {
         Self::new(name, ParamType::Float, Some(Value::Float(default)), doc)
     }
 
+    /// A boolean parameter with a default.
+    pub fn boolean(name: &str, default: bool, doc: &str) -> Self {
+        Self::new(name, ParamType::Boolean, Some(Value::Boolean(default)), doc)
+    }
+
     /// An integer parameter with a default.
     pub fn integer(name: &str, default: i64, doc: &str) -> Self {
         Self::new(name, ParamType::Integer, Some(Value::Integer(default)), doc)
@@ -231,13 +249,28 @@ pub trait LabelSmoothing: Policy {
     fn epsilon(&self, s: &State) -> f32;
 }
 
-/// Every reference policy's name, which is both its plugin file (`warmup.wasm` ...) and its
-/// `describe()` name, in the order `bench policies` reports them.
-pub const NAMES: [&str; 7] = [
+/// A policy that keeps state between calls (contract 0.3's `state` interface), such as
+/// ReduceLROnPlateau's best value and counters.
+pub trait Stateful: Policy {
+    /// Advances the state with what `s` shows; the export macro calls it right before the kind's
+    /// policy function, on every call, so it must be idempotent for repeated calls at one step.
+    fn observe(&mut self, s: &State);
+
+    /// The state, in a form only [`Stateful::restore`] of the same policy reads.
+    fn snapshot(&self) -> Vec<u8>;
+
+    /// Replaces the state with an earlier snapshot, refusing one it cannot read.
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String>;
+}
+
+/// Every per-step reference policy's name, which is both its plugin file (`warmup.wasm` ...) and
+/// its `describe()` name, in the order `bench policies` reports them.
+pub const NAMES: [&str; 8] = [
     "warmup",
     "cosine",
     "poly",
     "constant",
+    "plateau",
     "batch-ramp",
     "constant-batch",
     "label-smoothing",
@@ -247,15 +280,29 @@ pub const NAMES: [&str; 7] = [
 /// every kind), as the host compares it with the plugin's.
 pub type NativeFn = Box<dyn FnMut(&State) -> f64 + Send>;
 
+/// `P` configured with `params` over its defaults, as the host's `configure` call would.
+pub(crate) fn configure_given<P: Policy>(params: &Params) -> Result<P, String> {
+    P::configure(&Params::resolve(&P::info().params, params.0.clone())?)
+}
+
 /// The native twin of the reference policy named `name` (its `describe()` name), configured
-/// with `params` over its defaults; `None` for a name that is not a reference policy.
+/// with `params` over its defaults; `None` for a name that is not a reference policy. A
+/// stateful policy's twin keeps its state in the closure and observes before every call, as
+/// the export macro does.
 pub fn native(name: &str, params: &Params) -> Option<Result<NativeFn, String>> {
-    fn configure<P: Policy>(params: &Params) -> Result<P, String> {
-        P::configure(&Params::resolve(&P::info().params, params.0.clone())?)
-    }
+    use configure_given as configure;
     fn schedule<P: Schedule + Send + 'static>(params: &Params) -> Result<NativeFn, String> {
         let p = configure::<P>(params)?;
         Ok(Box::new(move |s| p.learning_rate(s)))
+    }
+    fn stateful_schedule<P: Schedule + Stateful + Send + 'static>(
+        params: &Params,
+    ) -> Result<NativeFn, String> {
+        let mut p = configure::<P>(params)?;
+        Ok(Box::new(move |s| {
+            p.observe(s);
+            p.learning_rate(s)
+        }))
     }
     fn batch<P: BatchSize + Send + 'static>(params: &Params) -> Result<NativeFn, String> {
         let p = configure::<P>(params)?;
@@ -270,6 +317,7 @@ pub fn native(name: &str, params: &Params) -> Option<Result<NativeFn, String>> {
         "cosine" => schedule::<cosine::Cosine>(params),
         "poly" => schedule::<poly::Poly>(params),
         "constant" => schedule::<constant::Constant>(params),
+        "plateau" => stateful_schedule::<plateau::Plateau>(params),
         "batch-ramp" => batch::<batch_ramp::BatchRamp>(params),
         "constant-batch" => batch::<constant_batch::ConstantBatch>(params),
         "label-smoothing" => smoothing::<label_smoothing::Smoothing>(params),
@@ -299,6 +347,7 @@ mod registry_tests {
             cosine::Cosine::info().name,
             poly::Poly::info().name,
             constant::Constant::info().name,
+            plateau::Plateau::info().name,
             batch_ramp::BatchRamp::info().name,
             constant_batch::ConstantBatch::info().name,
             label_smoothing::Smoothing::info().name,

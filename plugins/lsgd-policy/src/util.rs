@@ -13,6 +13,23 @@ pub(crate) fn float_at_least(p: &Params, name: &str, min: f64) -> Result<f64, St
     }
 }
 
+/// A finite float parameter `> min`, for factors where the bound itself would disable the policy.
+pub(crate) fn float_above(p: &Params, name: &str, min: f64) -> Result<f64, String> {
+    let v = p.float(name)?;
+    if v.is_finite() && v > min {
+        Ok(v)
+    } else {
+        Err(format!("{name} must be > {min}, got {v}"))
+    }
+}
+
+/// A counter parameter (patience, cooldown): an integer `>= 0`, widened to the `u64` that state
+/// counters use.
+pub(crate) fn count(p: &Params, name: &str) -> Result<u64, String> {
+    let v = p.integer(name)?;
+    u64::try_from(v).map_err(|_| format!("{name} must be >= 0, got {v}"))
+}
+
 /// A finite float parameter in `[lo, hi]`.
 pub(crate) fn float_in(p: &Params, name: &str, lo: f64, hi: f64) -> Result<f64, String> {
     let v = p.float(name)?;
