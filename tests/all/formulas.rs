@@ -78,7 +78,7 @@ fn batch_ramp_grows_at_milestones_up_to_the_cap_and_the_schedule_sees_it() {
     .unwrap();
     let lr = load(&rt, "constant", &[]).unwrap();
     let mut set = PolicySet::new(vec![ramp, lr], Bounds::default()).unwrap();
-    let rows = trace(&mut set, clock(8, 10, 512)).unwrap();
+    let rows = trace(&mut set, clock(8, 10, 512), &Default::default()).unwrap();
     let at = |e: f64| rows.iter().find(|r| r.epoch >= e).unwrap();
     assert_eq!(at(0.0).global_batch, 512);
     assert_eq!(at(2.0).global_batch, 1024);

@@ -1,6 +1,8 @@
 //! Golden traces of the reference plugins, compared byte for byte. Every `tests/golden/NAME.toml`
 //! is a case: the plugins of a run (one `[[plugin]]` table each, with its `--set` values as
-//! `set = ["KEY=VALUE", ...]`), traced over the same short but complete 90-epoch run; its
+//! `set = ["KEY=VALUE", ...]`), traced over the same short but complete 90-epoch run, fed what
+//! training would feed back when the case names them (`metric_file`, `loss_file`,
+//! `norms_file`: paths under `tests/golden/`, as `trace`'s flags of those names); its
 //! expected trace is `tests/golden/NAME.csv`. A failure prints a unified diff of the CSV.
 //! Add a case by adding a `.toml` file; write or regenerate the CSVs after an intended change
 //! with `LSGD_BLESS=1 cargo test golden`, and review the diff.
@@ -9,7 +11,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use lsgd_host::policy::{Bounds, PolicySet};
-use lsgd_host::trace::{trace, write_csv};
+use lsgd_host::trace::{Inputs, Norms, parse_series, read_input, trace, write_csv};
 use serde::Deserialize;
 
 use crate::common::*;
@@ -20,6 +22,33 @@ use crate::common::*;
 struct Case {
     /// The plugins of the run, in any order (each goes to the slot of its kind).
     plugin: Vec<CasePlugin>,
+    /// Test metrics, one per epoch (`trace --metric-file`).
+    metric_file: Option<String>,
+    /// Training losses, one per step (`trace --loss-file`).
+    loss_file: Option<String>,
+    /// Tensor norms for a layer-rate plugin (`trace --norms-file`).
+    norms_file: Option<String>,
+}
+
+impl Case {
+    /// The inputs its files describe.
+    fn inputs(&self) -> Inputs {
+        let path = |f: &String| golden_dir().join(f);
+        let series = |f: &Option<String>| {
+            f.as_ref()
+                .map(|f| read_input(&path(f), parse_series).unwrap())
+                .unwrap_or_default()
+        };
+        Inputs {
+            metrics: series(&self.metric_file),
+            losses: series(&self.loss_file),
+            norms: self
+                .norms_file
+                .as_ref()
+                .map(|f| read_input(&path(f), Norms::parse).unwrap())
+                .unwrap_or_default(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -68,9 +97,10 @@ fn run_case(rt: &lsgd_host::plugin::Runtime, path: &Path) -> String {
         })
         .collect();
     let mut set = PolicySet::new(loaded, Bounds::default()).unwrap();
-    let rows = trace(&mut set, clock(90, 10, 8192)).unwrap();
+    let inputs = case.inputs();
+    let rows = trace(&mut set, clock(90, 10, 8192), &inputs).unwrap();
     let mut csv = Vec::new();
-    write_csv(&rows, &mut csv).unwrap();
+    write_csv(&rows, &inputs.norms.names(), &mut csv).unwrap();
     String::from_utf8(csv).unwrap()
 }
 

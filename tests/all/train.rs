@@ -16,7 +16,13 @@ use lsgd_host::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, Tra
 use crate::common::*;
 
 /// A small CPU run on `train` training samples; one thread, so it is deterministic.
-fn config(out: PathBuf, arch: Arch, train: usize, epochs: u32, batch: u32) -> TrainConfig {
+pub(crate) fn config(
+    out: PathBuf,
+    arch: Arch,
+    train: usize,
+    epochs: u32,
+    batch: u32,
+) -> TrainConfig {
     TrainConfig {
         run: RunConfig {
             model: ModelSpec {
@@ -326,7 +332,8 @@ fn ranks_running_different_policies_are_stopped_with_the_step_and_rank() {
     let err = stderr(&o);
     assert!(
         err.contains(
-            "consistency check failed at step 6: the policy outputs (lr, batch, ε) of rank 1"
+            "consistency check failed at step 6: the policy outputs (lr, batch, ε, layer-rate \
+             multipliers) of rank 1"
         ),
         "{err}"
     );

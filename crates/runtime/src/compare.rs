@@ -1,14 +1,18 @@
 //! `lsgd-host compare`: two plugins of the same kind over the same sequence of states, without
 //! training; for codecs, decode(encode(x)) of both over the same gradient buckets. The state
-//! sequence is the one the run shape alone defines (constant batch), so both plugins see
-//! identical inputs whatever they return. This is the regression check users
+//! sequence is the one the run shape alone defines (constant batch) and the trace's
+//! [`Inputs`] (metric, loss, tensor norms) feed back, so both plugins see identical inputs
+//! whatever they return. This is the regression check users
 //! keep in CI: a port of a schedule to another language, or a refactoring, must stay within
 //! tolerance (bit-identical by default).
 
 use serde::Serialize;
 
-use crate::plugin::Plugin;
+use lsgd_policy::State;
+
+use crate::plugin::{Fault, Plugin, PluginError, PolicyKind};
 use crate::policy::{Bounds, Clock, check_output};
+use crate::trace::Inputs;
 use crate::{Error, Result};
 
 /// When two outputs count as equal.
@@ -80,12 +84,14 @@ pub fn same_kind(a: &Plugin, b: &Plugin) -> Result<()> {
     })
 }
 
-/// Compares `a` and `b` at every step of the run `clock` describes; plugins of different
-/// kinds are refused.
+/// Compares `a` and `b` at every step of the run `clock` describes, fed `inputs` as a trace
+/// is (a layer-rate plugin's multipliers compare tensor by tensor); plugins of different kinds
+/// are refused.
 pub fn compare(
     a: &mut Plugin,
     b: &mut Plugin,
     mut clock: Clock,
+    inputs: &Inputs,
     tolerance: Tolerance,
     bounds: Bounds,
 ) -> Result<Report> {
@@ -98,28 +104,54 @@ pub fn compare(
         differing_steps: 0,
         first_difference: None,
     };
+    let mut epochs_done = 0;
     while !clock.finished() {
         let state = clock.state();
-        let va = check_output(a, &state, bounds)?.as_f64();
-        let vb = check_output(b, &state, bounds)?.as_f64();
-        let abs = (va - vb).abs();
-        let scale = va.abs().max(vb.abs());
-        report.max_abs_diff = report.max_abs_diff.max(abs);
-        if scale > 0.0 {
-            report.max_rel_diff = report.max_rel_diff.max(abs / scale);
+        let (va, vb) = (
+            outputs(a, &state, inputs, bounds)?,
+            outputs(b, &state, inputs, bounds)?,
+        );
+        let mut differs = false;
+        for (&va, &vb) in va.iter().zip(&vb) {
+            let abs = (va - vb).abs();
+            let scale = va.abs().max(vb.abs());
+            report.max_abs_diff = report.max_abs_diff.max(abs);
+            if scale > 0.0 {
+                report.max_rel_diff = report.max_rel_diff.max(abs / scale);
+            }
+            if !tolerance.accepts(va, vb) && !differs {
+                differs = true;
+                report.first_difference.get_or_insert(Difference {
+                    step: state.step,
+                    a: va,
+                    b: vb,
+                });
+            }
         }
-        if !tolerance.accepts(va, vb) {
-            report.differing_steps += 1;
-            report.first_difference.get_or_insert(Difference {
-                step: state.step,
-                a: va,
-                b: vb,
-            });
-        }
+        report.differing_steps += u64::from(differs);
         report.steps += 1;
-        clock.advance(state.global_batch, None);
+        inputs.advance(&mut clock, state.global_batch, &mut epochs_done);
     }
     Ok(report)
+}
+
+/// A plugin's checked outputs at one state: one value, or a layer-rate plugin's multipliers
+/// for the norms of `inputs` at that step.
+fn outputs(p: &mut Plugin, state: &State, inputs: &Inputs, bounds: Bounds) -> Result<Vec<f64>> {
+    if p.kind() != PolicyKind::LayerRate {
+        return Ok(vec![check_output(p, state, bounds)?.as_f64()]);
+    }
+    let norms = inputs.norms.at(state.step);
+    let out = p.multipliers(state, norms)?;
+    if out.len() != norms.len() {
+        let m = format!("{} multipliers for {} tensors", out.len(), norms.len());
+        return Err(
+            PluginError::new(p.label(), "multipliers", Fault::BadOutput(m))
+                .at_step(state.step)
+                .into(),
+        );
+    }
+    Ok(out)
 }
 
 /// The first element whose reconstructions differ beyond tolerance.

@@ -65,6 +65,10 @@ pub enum Error {
         /// Its own message.
         message: String,
     },
+    /// An input file (a trace's metric, loss or norms file) is unreadable or malformed; the
+    /// message names the file and line.
+    #[error("{0}")]
+    Input(String),
     /// wasmtime failed outside any plugin (engine setup, compiling a component).
     #[error("{0}")]
     Wasm(String),

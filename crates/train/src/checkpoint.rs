@@ -6,9 +6,10 @@
 //!
 //! Writing is atomic: the tensors go to a new file, then the JSON, which names that file, is
 //! renamed over the old one; only then is the previous tensor file removed. A crash at any
-//! moment leaves the previous or the new checkpoint whole. Policies of contract 0.1 hold no
-//! state across calls (a fresh instance gives the same outputs), so their identity and
-//! parameters are all there is to save.
+//! moment leaves the previous or the new checkpoint whole. Most policies hold no state across
+//! calls (a fresh instance gives the same outputs), so their identity and parameters are all
+//! there is to save; a stateful plugin (contract 0.3's `state` interface) adds its snapshot as
+//! of the checkpointed step, in hex, under its kind.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -70,6 +71,29 @@ pub struct Meta {
     pub config: TrainConfig,
     /// The policy plugins.
     pub plugins: Vec<PluginRecord>,
+    /// The snapshot of each stateful plugin at `step`, hex, by kind (absent in checkpoints
+    /// written before contract 0.3).
+    #[serde(default)]
+    pub policy_state: std::collections::BTreeMap<String, String>,
+}
+
+/// Bytes as lowercase hex, for the JSON part.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of [`hex`]'s text.
+pub fn unhex(text: &str) -> std::result::Result<Vec<u8>, String> {
+    if !text.len().is_multiple_of(2) {
+        return Err(format!("odd-length hex ({} characters)", text.len()));
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(text.get(i..i + 2).unwrap_or("?"), 16)
+                .map_err(|_| format!("not hex at character {i}"))
+        })
+        .collect()
 }
 
 /// Writes `tensors` and `meta` into `dir` atomically; returns the JSON's path.

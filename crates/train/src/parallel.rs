@@ -36,12 +36,26 @@ pub fn tensors_digest<'a>(named: impl Iterator<Item = (&'a str, &'a Tensor)>) ->
     digest64(&tensors_hash(named))
 }
 
-/// A 64-bit digest of one step's policy outputs.
-pub fn decision_digest(lr: f64, global_batch: u32, epsilon: f32) -> u64 {
+/// A 64-bit digest of one step's policy outputs: LR, batch, ε and the layer-rate multipliers.
+pub fn decision_digest(lr: f64, global_batch: u32, epsilon: f32, scales: &[f64]) -> u64 {
     let mut h = blake3::Hasher::new();
     h.update(&lr.to_le_bytes());
     h.update(&global_batch.to_le_bytes());
     h.update(&epsilon.to_le_bytes());
+    for s in scales {
+        h.update(&s.to_le_bytes());
+    }
+    digest64(&h)
+}
+
+/// A 64-bit digest of byte strings (stateful plugins' snapshots), each length-prefixed so that
+/// different splits of the same bytes differ.
+pub fn bytes_digest<'a>(parts: impl Iterator<Item = &'a [u8]>) -> u64 {
+    let mut h = blake3::Hasher::new();
+    for p in parts {
+        h.update(&(p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
     digest64(&h)
 }
 

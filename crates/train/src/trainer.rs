@@ -7,7 +7,8 @@
 //!    accumulated and pre-divided by the global batch;
 //! 4. [`exchange`](Trainer::exchange): the gradients summed over the ranks (plain or through a
 //!    codec), and the loss with them;
-//! 5. [`update`](Trainer::update): the optimizer's step;
+//! 5. [`layer_rates`](Trainer::layer_rates) and [`update`](Trainer::update): a layer-wise rate
+//!    policy's multiplier per tensor (LARS, LAMB), then the optimizer's step;
 //! 6. [`observe`](Trainer::observe): metrics, the evaluation at each epoch's end, the
 //!    cross-rank consistency check and the periodic checkpoint.
 //!
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use lsgd_collective::{Algorithm, Traffic, World};
+use lsgd_policy::{Role, TensorNorms};
 use lsgd_runtime::plugin::{Plugin, PolicyKind};
 use lsgd_runtime::policy::{Clock, Decision, PolicySet, RunShape};
 use tch::nn::{ModuleT, VarStore};
@@ -29,7 +31,7 @@ use crate::config::TrainConfig;
 use crate::eval::{self, Evaluation};
 use crate::exchange::{Exchanged, GradientExchange};
 use crate::metrics::{EvalRecord, MetricsWriter, Record, StepRecord};
-use crate::optim::{self, LrScale, Optimizer};
+use crate::optim::{self, LrScale, Optimizer, Param};
 use crate::order::{SampleOrder, micro_batches};
 use crate::progress::Progress;
 use crate::tensors::DataTensors;
@@ -53,6 +55,8 @@ pub struct Batch {
 pub struct Stepped {
     /// The policies' decision.
     pub decision: Decision,
+    /// The layer-rate policy's multiplier per tensor (empty without one).
+    pub scales: Vec<f64>,
     /// The batch it trained on.
     pub batch: Batch,
     /// The mean loss over the global batch (equal on every rank).
@@ -89,7 +93,11 @@ pub struct Trainer<'w> {
     /// Samples trained on by this process.
     samples: u64,
     last_eval: Option<Evaluation>,
-    last_decision: Option<Decision>,
+    /// The last step's decision and layer-rate multipliers, for the final consistency check.
+    last_decision: Option<(Decision, Vec<f64>)>,
+    /// Each trainable tensor's name, shape and role, in the optimizer's order: what a
+    /// layer-rate policy is told besides the norms.
+    tensors: Vec<(String, Vec<u32>, Role)>,
 }
 
 impl<'w> Trainer<'w> {
@@ -114,6 +122,16 @@ impl<'w> Trainer<'w> {
         let vs = VarStore::new(device);
         let model = run.model.build(&vs.root(), data.image, data.classes);
         let opt = optim::build(&vs, run.sgd, run.adamw);
+        let roles = Param::roles(&vs, opt.params());
+        let tensors = opt
+            .params()
+            .iter()
+            .zip(roles)
+            .map(|(p, role)| {
+                let shape = p.tensor.size().iter().map(|&d| d as u32).collect();
+                (p.name.clone(), shape, role)
+            })
+            .collect();
         let shapes: Vec<(String, Vec<i64>)> = opt
             .params()
             .iter()
@@ -161,6 +179,7 @@ impl<'w> Trainer<'w> {
             samples: 0,
             last_eval: None,
             last_decision: None,
+            tensors,
         };
         let resumed_at = resume.map(|path| trainer.resume(path)).transpose()?;
         let root = trainer.world.is_root();
@@ -197,10 +216,12 @@ impl<'w> Trainer<'w> {
         let mut exchanged = self.exchange(decision.state.step)?;
         let loss = self.mean_loss(&loss_sum, batch.global, &mut exchanged.traffic)?;
         let t = Instant::now();
-        self.update(&decision);
+        let scales = self.layer_rates(&decision)?;
+        self.update(&decision, &scales);
         compute_s += t.elapsed().as_secs_f64();
         self.observe(Stepped {
             decision,
+            scales,
             batch,
             loss,
             exchanged,
@@ -288,9 +309,49 @@ impl<'w> Trainer<'w> {
         Ok(f64::from(l[0]) / global as f64)
     }
 
-    /// Phase 5: the optimizer's update at the decided learning rate.
-    pub fn update(&mut self, decision: &Decision) {
-        self.opt.step(decision.lr, &LrScale::Uniform);
+    /// Phase 5a: the layer-rate policy's multiplier of each tensor, from the norms of the
+    /// weights, the summed gradients and the optimizer's update (empty without a layer-rate
+    /// plugin). A fault stops the run through [`Trainer::stop`] with the state before this
+    /// step: the exchange's error-feedback residuals are rolled back first. Every rank sees
+    /// the same norms, so every rank meets the same fault.
+    pub fn layer_rates(&mut self, decision: &Decision) -> Result<Vec<f64>> {
+        if self.policies.get(PolicyKind::LayerRate).is_none() {
+            return Ok(Vec::new());
+        }
+        let norms = self.opt.norms();
+        let records: Vec<TensorNorms> = self
+            .tensors
+            .iter()
+            .zip(norms)
+            .zip(self.opt.weight_decays())
+            .map(|(((name, shape, role), n), &wd)| TensorNorms {
+                name: name.clone(),
+                shape: shape.clone(),
+                role: *role,
+                weight_norm: n.weight,
+                grad_norm: n.grad,
+                update_norm: n.update,
+                weight_decay: wd,
+            })
+            .collect();
+        match self.policies.layer_rates(&decision.state, &records) {
+            Ok(scales) => Ok(scales.unwrap_or_default()),
+            Err(fault) => {
+                self.gradients.rollback();
+                Err(self.stop(fault.into()))
+            }
+        }
+    }
+
+    /// Phase 5b: the optimizer's update at the decided learning rate, each tensor's scaled by
+    /// its layer-rate multiplier when there are any.
+    pub fn update(&mut self, decision: &Decision, scales: &[f64]) {
+        let scale = if scales.is_empty() {
+            LrScale::Uniform
+        } else {
+            LrScale::PerTensor(scales.to_vec())
+        };
+        self.opt.step(decision.lr, &scale);
     }
 
     /// Phase 6: records the step, advances the clock, evaluates after a completed epoch,
@@ -318,13 +379,13 @@ impl<'w> Trainer<'w> {
             inv.checkpoint_every,
         );
         if every > 0 && step.is_multiple_of(every) {
-            self.consistency(&s.decision)?;
+            self.consistency(&s.decision, &s.scales)?;
         }
         if ckpt > 0 && step.is_multiple_of(ckpt) && !self.clock.finished() {
             self.metrics.flush()?;
             self.save("periodic")?;
         }
-        self.last_decision = Some(s.decision);
+        self.last_decision = Some((s.decision, s.scales));
         Ok(())
     }
 
@@ -388,14 +449,22 @@ impl<'w> Trainer<'w> {
         Ok(())
     }
 
-    /// The cross-rank check after the current step: the policies' outputs and the weights.
-    fn consistency(&self, d: &Decision) -> Result<()> {
+    /// The cross-rank check after the current step: the policies' outputs, the state of
+    /// stateful policies and the weights.
+    fn consistency(&mut self, d: &Decision, scales: &[f64]) -> Result<()> {
         let step = self.clock.step();
         parallel::check_consistent(
             self.world,
             step,
-            "policy outputs (lr, batch, ε)",
-            parallel::decision_digest(d.lr, d.global_batch, d.label_smoothing),
+            "policy outputs (lr, batch, ε, layer-rate multipliers)",
+            parallel::decision_digest(d.lr, d.global_batch, d.label_smoothing, scales),
+        )?;
+        let states = self.policies.states_at(step).map_err(Error::from)?;
+        parallel::check_consistent(
+            self.world,
+            step,
+            "policy state (snapshots of stateful plugins)",
+            parallel::bytes_digest(states.iter().map(|(_, b)| b.as_slice())),
         )?;
         parallel::check_consistent(
             self.world,
@@ -409,8 +478,8 @@ impl<'w> Trainer<'w> {
     fn finish(mut self) -> Result<Summary> {
         self.metrics.flush()?;
         if self.world.size() > 1 {
-            if let Some(d) = &self.last_decision {
-                self.consistency(d)?;
+            if let Some((d, scales)) = self.last_decision.take() {
+                self.consistency(&d, &scales)?;
             }
             self.progress.line(&format!(
                 "consistency: weights and policy outputs bit-identical on all {} ranks at step {}",
@@ -457,6 +526,13 @@ impl<'w> Trainer<'w> {
         tensors.extend(self.opt.state());
         tensors.extend(codec_state);
         let state = self.clock.state();
+        let policy_state = self
+            .policies
+            .states_at(state.step)
+            .map_err(Error::from)?
+            .into_iter()
+            .map(|(kind, bytes)| (kind.to_string(), checkpoint::hex(&bytes)))
+            .collect();
         let meta = Meta {
             format: checkpoint::FORMAT.into(),
             reason: reason.into(),
@@ -471,6 +547,7 @@ impl<'w> Trainer<'w> {
             train_len: self.data.train.len,
             config: self.config.clone(),
             plugins: self.plugins.clone(),
+            policy_state,
         };
         checkpoint::save(out, meta, &tensors)
     }
@@ -515,7 +592,31 @@ impl<'w> Trainer<'w> {
             meta.last_metric,
         );
         self.epochs_evaluated = meta.epochs_evaluated;
+        self.restore_policy_state(&meta, path)?;
         Ok(meta.step)
+    }
+
+    /// Puts every stateful plugin back into the state the checkpoint recorded for it.
+    fn restore_policy_state(&mut self, meta: &Meta, path: &Path) -> Result<()> {
+        for kind in PolicyKind::EVERY {
+            let Some(plugin) = self.policies.get_mut(kind) else {
+                continue;
+            };
+            if !plugin.stateful() {
+                continue;
+            }
+            let saved = meta.policy_state.get(&kind.to_string()).ok_or_else(|| {
+                Error::Checkpoint(format!(
+                    "{} has no state for the stateful {kind} plugin {}",
+                    path.display(),
+                    plugin.label()
+                ))
+            })?;
+            let bytes = checkpoint::unhex(saved)
+                .map_err(|e| Error::Checkpoint(format!("{}: {kind} state: {e}", path.display())))?;
+            plugin.restore(meta.step, bytes).map_err(Error::from)?;
+        }
+        Ok(())
     }
 
     /// Refuses a resume that would not continue the same run: another [`crate::RunConfig`],

@@ -1,10 +1,13 @@
 //! Argument groups shared by several subcommands, and their resolution into runtime settings.
 
+use std::path::PathBuf;
+
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::plugin::{Cache, Limits, PolicyKind, Runtime};
 use crate::policy::{Bounds, Clock, PolicySet, RunShape};
+use crate::trace::{Inputs, Norms, parse_series, read_input};
 
 /// The shape of the (possibly imaginary) run whose states the policies see.
 #[derive(Args, Debug, Clone)]
@@ -122,8 +125,12 @@ pub struct PolicyArgs {
     /// Gradient-compression codec plugin (contract 0.2), applied to every gradient bucket.
     #[arg(long, value_name = "PLUGIN")]
     pub codec: Option<String>,
+    /// Layer-wise rate plugin (contract 0.3): one LR multiplier per parameter tensor each step
+    /// (`lars` with SGD, `lamb` with AdamW).
+    #[arg(long, value_name = "PLUGIN")]
+    pub layer_rate: Option<String>,
     /// A plugin parameter, `schedule.KEY=VALUE`, `batch_size.KEY=VALUE`,
-    /// `label_smoothing.KEY=VALUE` or `codec.KEY=VALUE`; repeatable.
+    /// `label_smoothing.KEY=VALUE`, `codec.KEY=VALUE` or `layer_rate.KEY=VALUE`; repeatable.
     #[arg(long = "set", value_name = "KIND.KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -136,6 +143,7 @@ impl PolicyArgs {
             (PolicyKind::BatchSize, &self.batch_size),
             (PolicyKind::LabelSmoothing, &self.label_smoothing),
             (PolicyKind::Codec, &self.codec),
+            (PolicyKind::LayerRate, &self.layer_rate),
         ];
         let settings = parse_settings(&self.set, &PolicyKind::EVERY.map(|k| k.set_prefix()))?;
         for (prefix, key, _) in &settings {
@@ -158,6 +166,42 @@ impl PolicyArgs {
             }
         }
         Ok(PolicySet::new(plugins, bounds)?)
+    }
+}
+
+/// What training would feed back into the policies, for `trace` and `compare`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct InputArgs {
+    /// Test metrics, one per line: line e is `last-metric` once epoch e is complete (drives
+    /// policies such as `plateau`).
+    #[arg(long, value_name = "FILE")]
+    pub metric_file: Option<PathBuf>,
+    /// Training losses, one per line: line i is `last-loss` after step i.
+    #[arg(long, value_name = "FILE")]
+    pub loss_file: Option<PathBuf>,
+    /// Tensor norms for a layer-rate plugin: CSV
+    /// `step,name,role,shape,weight_norm,grad_norm,update_norm,weight_decay`.
+    #[arg(long, value_name = "FILE")]
+    pub norms_file: Option<PathBuf>,
+}
+
+impl InputArgs {
+    /// Reads the given files.
+    pub fn inputs(&self) -> Result<Inputs> {
+        let series = |p: &Option<PathBuf>| -> Result<Vec<f64>> {
+            Ok(match p {
+                Some(p) => read_input(p, parse_series)?,
+                None => Vec::new(),
+            })
+        };
+        Ok(Inputs {
+            metrics: series(&self.metric_file)?,
+            losses: series(&self.loss_file)?,
+            norms: match &self.norms_file {
+                Some(p) => read_input(p, Norms::parse)?,
+                None => Norms::default(),
+            },
+        })
     }
 }
 

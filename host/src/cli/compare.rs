@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::Args;
 
-use super::args::{LimitArgs, ShapeArgs, parse_settings, settings_for};
+use super::args::{InputArgs, LimitArgs, ShapeArgs, parse_settings, settings_for};
 use super::trace::Format;
 use crate::compare::{
     CodecInputs, CodecReport, Report, Tolerance, compare, compare_codecs, same_kind,
@@ -34,6 +34,9 @@ pub struct CompareArgs {
     seed: u64,
     #[command(flatten)]
     limits: LimitArgs,
+    /// Step policies: what training would feed back (metric, loss, tensor norms).
+    #[command(flatten)]
+    inputs: InputArgs,
     /// A parameter: `a.KEY=VALUE`, `b.KEY=VALUE`, or `both.KEY=VALUE`; repeatable.
     #[arg(long = "set", value_name = "a|b|both.KEY=VALUE")]
     set: Vec<String>,
@@ -89,10 +92,15 @@ pub fn run(args: CompareArgs) -> Result<bool> {
             a.kind()
         );
     }
+    let inputs = args.inputs.inputs()?;
+    if a.kind() == PolicyKind::LayerRate && inputs.norms.names().is_empty() {
+        anyhow::bail!("comparing layer-rate plugins needs the tensors' norms: --norms-file FILE");
+    }
     let report = compare(
         &mut a,
         &mut b,
         args.shape.clock()?,
+        &inputs,
         tolerance,
         args.limits.bounds(),
     )?;

@@ -31,6 +31,7 @@ struct Report {
     kind: String,
     world: String,
     wit_version: String,
+    stateful: bool,
     name: String,
     version: String,
     summary: String,
@@ -68,8 +69,13 @@ pub fn run(args: InspectArgs) -> Result<()> {
         file: plugin.label().to_string(),
         size_bytes: plugin.facts().size,
         kind: plugin.kind().to_string(),
-        world: plugin.kind().world().to_string(),
+        world: if plugin.stateful() {
+            format!("stateful-{}", plugin.kind().world())
+        } else {
+            plugin.kind().world().to_string()
+        },
         wit_version: plugin.contract().version.to_string(),
+        stateful: plugin.stateful(),
         name: info.name.clone(),
         version: info.version.clone(),
         summary: info.summary.clone(),
@@ -103,6 +109,14 @@ fn print_text(r: &Report) {
     );
     println!("world:       {} (lsgd:policy@{})", r.world, r.wit_version);
     println!("plugin:      {} {}: {}", r.name, r.version, r.summary);
+    if r.stateful {
+        println!(
+            "state:       kept between calls (snapshot/restore): saved in every checkpoint, \
+             compared across ranks, restored on resume"
+        );
+    } else {
+        println!("state:       none (outputs depend on parameters and train-state only)");
+    }
     match r.cached_load_ms {
         Some(c) => println!("compile:     {:.1} ms; from cache {c:.2} ms", r.compile_ms),
         None => println!("compile:     {:.1} ms (cache disabled)", r.compile_ms),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
-use super::args::{LimitArgs, PolicyArgs, ShapeArgs};
+use super::args::{InputArgs, LimitArgs, PolicyArgs, ShapeArgs};
 use crate::plugin::PolicyKind;
 use crate::{plot, trace};
 
@@ -28,6 +28,8 @@ pub struct TraceArgs {
     shape: ShapeArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    inputs: InputArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Csv)]
     format: Format,
@@ -43,13 +45,17 @@ pub struct TraceArgs {
 pub fn run(args: TraceArgs) -> Result<()> {
     let runtime = args.limits.runtime()?;
     let mut set = args.policies.load(&runtime, args.limits.bounds())?;
-    let rows = trace::trace(&mut set, args.shape.clock()?)?;
+    let inputs = args.inputs.inputs()?;
+    if trace::needs_norms(&set) && inputs.norms.names().is_empty() {
+        anyhow::bail!("tracing a --layer-rate plugin needs the tensors' norms: --norms-file FILE");
+    }
+    let rows = trace::trace(&mut set, args.shape.clock()?, &inputs)?;
     let out: Box<dyn std::io::Write> = match &args.output {
         Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p)?)),
         None => Box::new(std::io::BufWriter::new(stdout().lock())),
     };
     match args.format {
-        Format::Csv => trace::write_csv(&rows, out)?,
+        Format::Csv => trace::write_csv(&rows, &inputs.norms.names(), out)?,
         Format::Json => trace::write_json(&rows, out)?,
     }
     if let Some(path) = &args.plot {

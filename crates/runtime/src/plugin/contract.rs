@@ -22,6 +22,9 @@ pub enum PolicyKind {
     LabelSmoothing,
     /// `encode`/`decode` of gradient buckets (contract 0.2 and later).
     Codec,
+    /// `multipliers(state, tensors) -> list<f64>`: one LR multiplier per parameter tensor
+    /// (contract 0.3 and later).
+    LayerRate,
 }
 
 impl PolicyKind {
@@ -32,12 +35,13 @@ impl PolicyKind {
         PolicyKind::LabelSmoothing,
     ];
 
-    /// Every kind: [`PolicyKind::ALL`] and the gradient codec.
-    pub const EVERY: [PolicyKind; 4] = [
+    /// Every kind: [`PolicyKind::ALL`], the gradient codec and the layer-wise rate.
+    pub const EVERY: [PolicyKind; 5] = [
         PolicyKind::BatchSize,
         PolicyKind::Schedule,
         PolicyKind::LabelSmoothing,
         PolicyKind::Codec,
+        PolicyKind::LayerRate,
     ];
 
     /// The WIT interface name.
@@ -47,6 +51,7 @@ impl PolicyKind {
             PolicyKind::BatchSize => "batch-size",
             PolicyKind::LabelSmoothing => "label-smoothing",
             PolicyKind::Codec => "codec",
+            PolicyKind::LayerRate => "layer-rate",
         }
     }
 
@@ -57,6 +62,7 @@ impl PolicyKind {
             PolicyKind::BatchSize => "batch-size-plugin",
             PolicyKind::LabelSmoothing => "label-smoothing-plugin",
             PolicyKind::Codec => "codec-plugin",
+            PolicyKind::LayerRate => "layer-rate-plugin",
         }
     }
 
@@ -67,6 +73,7 @@ impl PolicyKind {
             PolicyKind::BatchSize => "global-batch",
             PolicyKind::LabelSmoothing => "epsilon",
             PolicyKind::Codec => "encode",
+            PolicyKind::LayerRate => "multipliers",
         }
     }
 
@@ -77,6 +84,7 @@ impl PolicyKind {
             PolicyKind::BatchSize => "batch_size",
             PolicyKind::LabelSmoothing => "label_smoothing",
             PolicyKind::Codec => "codec",
+            PolicyKind::LayerRate => "layer_rate",
         }
     }
 
@@ -87,6 +95,7 @@ impl PolicyKind {
             PolicyKind::BatchSize => "--batch-size",
             PolicyKind::LabelSmoothing => "--label-smoothing",
             PolicyKind::Codec => "--codec",
+            PolicyKind::LayerRate => "--layer-rate",
         }
     }
 
@@ -142,7 +151,15 @@ pub const SUPPORTED: &[Version] = &[
         minor: 2,
         patch: 0,
     },
+    Version {
+        major: 0,
+        minor: 3,
+        patch: 0,
+    },
 ];
+
+/// The interface a stateful plugin exports besides its kind's (contract 0.3 and later).
+pub const STATE_INTERFACE: &str = "state";
 
 /// The bindings the host uses for a plugin: one variant per released minor version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +168,8 @@ pub enum Binding {
     V0_1,
     /// `lsgd:policy@0.2.x`, bound by [`super::v0_2`].
     V0_2,
+    /// `lsgd:policy@0.3.x`, bound by [`super::v0_3`].
+    V0_3,
 }
 
 /// What a component's exports say about it.
@@ -162,6 +181,8 @@ pub struct Contract {
     pub version: Version,
     /// The host bindings that serve it.
     pub binding: Binding,
+    /// Whether it exports `state` (snapshot/restore): a policy that keeps state between calls.
+    pub stateful: bool,
 }
 
 impl Contract {
@@ -185,7 +206,8 @@ impl Contract {
             };
             return Err(format!(
                 "not an lsgd policy plugin: it exports {shown}, but a plugin exports \
-                 {PACKAGE}/plugin and one of {PACKAGE}/schedule, /batch-size, /label-smoothing, /codec"
+                 {PACKAGE}/plugin and one of {PACKAGE}/schedule, /batch-size, /label-smoothing, \
+                 /codec, /layer-rate"
             ));
         }
         let mut versions: Vec<&str> = ours.iter().map(|(_, v)| *v).collect();
@@ -204,19 +226,32 @@ impl Contract {
                 "missing export {PACKAGE}/plugin@{version} (describe, configure)"
             ));
         }
-        let kinds: Vec<PolicyKind> = ours
+        let stateful = ours.iter().any(|(i, _)| *i == STATE_INTERFACE);
+        let mut kinds: Vec<PolicyKind> = ours
             .iter()
             .filter_map(|(i, _)| PolicyKind::from_interface(i))
             .collect();
+        if binding == Binding::V0_2 && kinds == [PolicyKind::LabelSmoothing, PolicyKind::Codec] {
+            // 0.2.0's label-smoothing world wrongly exports `codec` too (wit/README.md): such a
+            // component is a label-smoothing plugin whose codec the host never calls.
+            kinds.pop();
+        }
+        if stateful && kinds.contains(&PolicyKind::Codec) {
+            return Err(format!(
+                "exports {PACKAGE}/state with a codec; codecs cannot be stateful (the host \
+                 keeps the error-feedback residual)"
+            ));
+        }
         match kinds.as_slice() {
             [kind] => Ok(Contract {
                 kind: *kind,
                 version,
                 binding,
+                stateful,
             }),
             [] => Err(format!(
                 "exports no policy interface: expected one of {PACKAGE}/schedule, \
-                 /batch-size, /label-smoothing or /codec @{version}"
+                 /batch-size, /label-smoothing, /codec or /layer-rate @{version}"
             )),
             many => Err(format!(
                 "exports several policy interfaces ({}); a plugin targets exactly one world",
@@ -238,11 +273,77 @@ fn binding_for(v: Version) -> Result<Binding, String> {
     match (v.major, v.minor) {
         (0, 1) => Ok(Binding::V0_1),
         (0, 2) => Ok(Binding::V0_2),
+        (0, 3) => Ok(Binding::V0_3),
         (0, _) if v > *SUPPORTED.last().expect("at least one version") => Err(format!(
             "built against {PACKAGE}@{v}, newer than this host ({supported}); upgrade lsgd-host"
         )),
         _ => Err(format!(
             "built against {PACKAGE}@{v}, an unsupported major version; this host loads {supported}"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detect(exports: &[&str]) -> std::result::Result<Contract, String> {
+        Contract::read(exports.to_vec())
+    }
+
+    #[test]
+    fn a_layer_rate_plugin_of_0_3_is_detected() {
+        let c = detect(&["lsgd:policy/plugin@0.3.0", "lsgd:policy/layer-rate@0.3.0"]).unwrap();
+        assert_eq!(
+            (c.kind, c.binding, c.stateful),
+            (PolicyKind::LayerRate, Binding::V0_3, false)
+        );
+    }
+
+    #[test]
+    fn exporting_state_makes_a_plugin_stateful() {
+        let c = detect(&[
+            "lsgd:policy/plugin@0.3.0",
+            "lsgd:policy/schedule@0.3.0",
+            "lsgd:policy/state@0.3.0",
+        ])
+        .unwrap();
+        assert_eq!((c.kind, c.stateful), (PolicyKind::Schedule, true));
+        let e = detect(&[
+            "lsgd:policy/plugin@0.3.0",
+            "lsgd:policy/codec@0.3.0",
+            "lsgd:policy/state@0.3.0",
+        ])
+        .unwrap_err();
+        assert!(e.contains("codecs cannot be stateful"), "{e}");
+    }
+
+    #[test]
+    fn a_0_2_label_smoothing_plugin_with_its_forced_codec_is_label_smoothing() {
+        let exports = [
+            "lsgd:policy/plugin@0.2.0",
+            "lsgd:policy/label-smoothing@0.2.0",
+            "lsgd:policy/codec@0.2.0",
+        ];
+        let c = detect(&exports).unwrap();
+        assert_eq!(
+            (c.kind, c.binding),
+            (PolicyKind::LabelSmoothing, Binding::V0_2)
+        );
+        // Only 0.2.0's world had the mistake: the same pair at 0.3 is two policies.
+        let e = detect(
+            &exports
+                .map(|e| e.replace("0.2.0", "0.3.0"))
+                .each_ref()
+                .map(|s| s.as_str()),
+        )
+        .unwrap_err();
+        assert!(e.contains("several policy interfaces"), "{e}");
+    }
+
+    #[test]
+    fn a_newer_minor_version_asks_for_a_newer_host() {
+        let e = detect(&["lsgd:policy/plugin@0.4.0", "lsgd:policy/schedule@0.4.0"]).unwrap_err();
+        assert!(e.contains("upgrade lsgd-host"), "{e}");
     }
 }

@@ -1,9 +1,14 @@
 //! One loaded plugin: its compiled component, its description, its configured parameters and a
 //! live sandboxed instance. After any fault the instance is discarded (wasmtime cannot re-enter
 //! an instance that trapped); [`Plugin::reset`] makes a fresh one with the same parameters.
+//!
+//! A stateful plugin (contract 0.3's `state` interface) is snapshotted before its first call at
+//! each step, and a fresh instance is restored from that snapshot, so a fault loses nothing:
+//! the retried call sees the state the failed one saw, and a checkpoint taken after a fault
+//! holds the state from before the failed step.
 
 use lsgd_codec::{Meta, Properties};
-use lsgd_policy::{Info, State, Value};
+use lsgd_policy::{Info, State, TensorNorms, Value};
 use wasmtime::component::InstancePre;
 use wasmtime::{Engine, Store, Trap};
 
@@ -49,6 +54,16 @@ pub struct Plugin {
     /// unconfigured until the user gives it.
     params: Option<Vec<(String, Value)>>,
     live: Option<Live>,
+    /// A stateful plugin's state before its first call at a step, with that step: what a
+    /// fresh instance is restored to.
+    snapshot: Option<Snapshot>,
+}
+
+/// A stateful plugin's state before its calls at `step`.
+#[derive(Debug, Clone, PartialEq)]
+struct Snapshot {
+    step: u64,
+    bytes: Vec<u8>,
 }
 
 struct Live {
@@ -66,7 +81,7 @@ impl Plugin {
         facts: Facts,
         limits: Limits,
     ) -> Result<Self, PluginError> {
-        let indices = Indices::new(&pre, contract.binding, contract.kind)
+        let indices = Indices::new(&pre, contract.binding, contract.kind, contract.stateful)
             .map_err(|e| mismatch(&label, &contract, &e))?;
         let mut plugin = Plugin {
             label,
@@ -84,6 +99,7 @@ impl Plugin {
             },
             params: None,
             live: None,
+            snapshot: None,
         };
         let mut live = plugin.instantiate()?;
         plugin.arm(&mut live.store, true);
@@ -115,6 +131,11 @@ impl Plugin {
         &self.contract
     }
 
+    /// Whether it keeps state between calls (exports `state`: snapshot/restore).
+    pub fn stateful(&self) -> bool {
+        self.contract.stateful
+    }
+
     /// What `describe()` returned.
     pub fn info(&self) -> &Info {
         &self.info
@@ -143,6 +164,8 @@ impl Plugin {
             PluginError::new(self.label.clone(), "configure", Fault::Param(e.to_string()))
         })?;
         self.params = Some(params);
+        // New parameters start a new state.
+        self.snapshot = None;
         self.reset()
     }
 
@@ -169,17 +192,84 @@ impl Plugin {
             }
             Err(e) => return Err(self.fault("configure", &live.store, e, true)),
         }
+        if let Some(snap) = &self.snapshot {
+            match live.bound.restore(&mut live.store, &snap.bytes) {
+                Ok(Ok(())) => {}
+                Ok(Err(msg)) => {
+                    let e = PluginError::new(self.label.clone(), "restore", Fault::Refused(msg));
+                    return Err(e.at_step(snap.step));
+                }
+                Err(e) => return Err(self.fault("restore", &live.store, e, true)),
+            }
+        }
         live.configured = true;
         self.live = Some(live);
+        Ok(())
+    }
+
+    /// A stateful plugin's state as of the start of `step` (before its calls at that step),
+    /// for a checkpoint or the cross-rank check; `None` for a plugin without state.
+    pub fn state_at(&mut self, step: u64) -> Result<Option<Vec<u8>>, PluginError> {
+        if !self.stateful() {
+            return Ok(None);
+        }
+        match &self.snapshot {
+            Some(s) if s.step == step => Ok(Some(s.bytes.clone())),
+            // Not called yet at `step`: its state now is its state at the start of it.
+            _ => self
+                .invoke("snapshot", Some(step), true, |b, store| b.snapshot(store))
+                .map(Some),
+        }
+    }
+
+    /// Puts a stateful plugin into the state `bytes` (from [`Plugin::state_at`]) for its
+    /// calls from `step` on: a resume. The plugin's refusal is [`Fault::Refused`].
+    pub fn restore(&mut self, step: u64, bytes: Vec<u8>) -> Result<(), PluginError> {
+        if !self.stateful() {
+            let msg = "a snapshot for a plugin that does not export state".to_string();
+            return Err(PluginError::new(
+                self.label.clone(),
+                "restore",
+                Fault::Load(msg),
+            ));
+        }
+        self.snapshot = Some(Snapshot { step, bytes });
+        // A fresh instance: reset restores the snapshot into it.
+        self.live = None;
+        self.reset()
+    }
+
+    /// Before a stateful plugin's first call at `step`, keeps its state for [`Plugin::reset`]
+    /// and [`Plugin::state_at`]. Snapshots get the long deadline: a missed one has no retry.
+    fn before_call(&mut self, step: u64) -> Result<(), PluginError> {
+        if !self.stateful() || self.snapshot.as_ref().is_some_and(|s| s.step == step) {
+            return Ok(());
+        }
+        let bytes = self.invoke("snapshot", Some(step), true, |b, store| b.snapshot(store))?;
+        self.snapshot = Some(Snapshot { step, bytes });
         Ok(())
     }
 
     /// Calls the policy function of this plugin's kind for `state`. Raw output: range checks
     /// belong to the caller, which knows the limits (see `policy::PolicySet`).
     pub fn call(&mut self, state: &State) -> Result<Output, PluginError> {
+        self.before_call(state.step)?;
         let name = self.call_name();
         self.invoke(name, Some(state.step), false, |b, store| {
             b.call(store, state)
+        })
+    }
+
+    /// Calls a layer-rate plugin's `multipliers` for the tensors of one step. Raw output: the
+    /// contract's checks (count, finite, >= 0) belong to the caller, like [`Plugin::call`]'s.
+    pub fn multipliers(
+        &mut self,
+        state: &State,
+        tensors: &[TensorNorms],
+    ) -> Result<Vec<f64>, PluginError> {
+        self.before_call(state.step)?;
+        self.invoke("multipliers", Some(state.step), false, |b, store| {
+            b.multipliers(store, state, tensors)
         })
     }
 

@@ -2,8 +2,8 @@
 //!
 //! - [`runtime`]: the engine, linker, epoch ticker and cache shared by all plugins;
 //! - [`contract`]: which world and WIT version a component implements;
-//! - [`v0_1`], [`v0_2`]: host bindings of `lsgd:policy@0.1` and `@0.2`, and [`binding`],
-//!   which puts them behind one type;
+//! - [`v0_1`], [`v0_2`], [`v0_3`]: host bindings of `lsgd:policy@0.1`, `@0.2` and `@0.3`, and
+//!   [`binding`], which puts them behind one type (with the macros they share);
 //! - [`types`]: what does not change between versions — [`Output`], the generated types of
 //!   the latest version's WIT `types` interface (every version's bindings map theirs onto
 //!   them) and their conversions to and from `lsgd_policy`'s types, written once;
@@ -33,6 +33,7 @@ pub mod sandbox;
 pub mod types;
 pub mod v0_1;
 pub mod v0_2;
+pub mod v0_3;
 
 pub use cache::{Cache, Origin};
 pub use contract::{Contract, PolicyKind, Version};

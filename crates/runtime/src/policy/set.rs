@@ -2,8 +2,10 @@
 //! the batch-size policy first (it sees the configured batch), then the schedule and the
 //! label-smoothing policy (they see the batch it returned). Every output is range-checked here,
 //! so a bad value stops training with an error that names the plugin, the call and the step.
+//! The layer-rate policy is asked later in the step, once the gradients are summed
+//! ([`PolicySet::layer_rates`]), and the codec by the trainer's gradient exchange.
 
-use lsgd_policy::State;
+use lsgd_policy::{State, TensorNorms};
 
 use super::clock::Clock;
 use crate::plugin::{Fault, Output, Plugin, PluginError, PolicyKind};
@@ -40,23 +42,20 @@ impl Default for Bounds {
 pub use lsgd_policy::NativeFn;
 
 /// The loaded policies of a run; absent ones fall back to constant behaviour (the base LR
-/// unscaled, the initial batch, no smoothing, uncompressed gradients).
+/// unscaled, the initial batch, no smoothing, uncompressed gradients, every tensor at the
+/// step's LR).
 pub struct PolicySet {
-    /// The plugin of each kind, by [`PolicyKind::ALL`] index.
-    plugins: [Option<Plugin>; 3],
-    /// The gradient codec, called by the trainer's gradient exchange rather than [`decide`].
-    ///
-    /// [`decide`]: PolicySet::decide
-    codec: Option<Plugin>,
+    /// The plugin of each kind, by [`PolicyKind::EVERY`] index.
+    plugins: [Option<Plugin>; 5],
     /// Native twins answering instead of the plugins, by the same index; only `bench train`
     /// sets them, to price the sandbox inside a real training loop.
-    native: [Option<NativeFn>; 3],
+    native: [Option<NativeFn>; 5],
     bounds: Bounds,
 }
 
-/// The index of `kind` in [`PolicyKind::ALL`].
+/// The index of `kind` in [`PolicyKind::EVERY`].
 fn index(kind: PolicyKind) -> usize {
-    PolicyKind::ALL
+    PolicyKind::EVERY
         .iter()
         .position(|k| *k == kind)
         .expect("every kind is listed")
@@ -67,17 +66,13 @@ impl PolicySet {
     /// ([`Error::Duplicate`]).
     pub fn new(plugins: Vec<Plugin>, bounds: Bounds) -> Result<Self> {
         let mut set = PolicySet {
-            plugins: [None, None, None],
-            codec: None,
-            native: [None, None, None],
+            plugins: Default::default(),
+            native: Default::default(),
             bounds,
         };
         for p in plugins {
             let kind = p.kind();
-            let slot = match kind {
-                PolicyKind::Codec => &mut set.codec,
-                _ => &mut set.plugins[index(kind)],
-            };
+            let slot = &mut set.plugins[index(kind)];
             if let Some(old) = slot {
                 return Err(Error::Duplicate {
                     kind,
@@ -92,15 +87,29 @@ impl PolicySet {
 
     /// The plugin of `kind`, if loaded.
     pub fn get(&self, kind: PolicyKind) -> Option<&Plugin> {
-        match kind {
-            PolicyKind::Codec => self.codec.as_ref(),
-            _ => self.plugins[index(kind)].as_ref(),
-        }
+        self.plugins[index(kind)].as_ref()
+    }
+
+    /// The plugin of `kind`, if loaded, to call.
+    pub fn get_mut(&mut self, kind: PolicyKind) -> Option<&mut Plugin> {
+        self.plugins[index(kind)].as_mut()
     }
 
     /// The gradient codec, if loaded.
     pub fn codec_mut(&mut self) -> Option<&mut Plugin> {
-        self.codec.as_mut()
+        self.get_mut(PolicyKind::Codec)
+    }
+
+    /// The state of every stateful plugin as of the start of `step`, in [`PolicyKind::EVERY`]
+    /// order: what a checkpoint stores and the ranks compare.
+    pub fn states_at(&mut self, step: u64) -> Result<Vec<(PolicyKind, Vec<u8>)>, PluginError> {
+        let mut out = Vec::new();
+        for p in self.plugins.iter_mut().flatten() {
+            if let Some(bytes) = p.state_at(step)? {
+                out.push((p.kind(), bytes));
+            }
+        }
+        Ok(out)
     }
 
     /// Answers `kind` with `twin` instead of its plugin from now on (the plugin stays, for its
@@ -118,6 +127,44 @@ impl PolicySet {
         match &mut self.plugins[i] {
             Some(p) => Ok(Some(check_output(p, state, self.bounds)?.as_f64())),
             None => Ok(None),
+        }
+    }
+
+    /// The layer-rate policy's multiplier for each of `tensors` at `state`'s step, checked
+    /// (one per tensor, finite, >= 0); `None` without a layer-rate plugin.
+    pub fn layer_rates(
+        &mut self,
+        state: &State,
+        tensors: &[TensorNorms],
+    ) -> Result<Option<Vec<f64>>, PluginError> {
+        let Some(plugin) = self.get_mut(PolicyKind::LayerRate) else {
+            return Ok(None);
+        };
+        let out = match plugin.multipliers(state, tensors) {
+            // As in check_output: one retry on a fresh (restored) instance.
+            Err(e) if matches!(e.fault, Fault::Deadline { .. }) => {
+                plugin.multipliers(state, tensors)?
+            }
+            r => r?,
+        };
+        let problem = if out.len() != tensors.len() {
+            Some(format!(
+                "{} multipliers for {} parameter tensors",
+                out.len(),
+                tensors.len()
+            ))
+        } else {
+            out.iter()
+                .zip(tensors)
+                .find(|(m, _)| !(m.is_finite() && **m >= 0.0))
+                .map(|(m, t)| format!("multiplier {m} for {}: must be finite and >= 0", t.name))
+        };
+        match problem {
+            Some(m) => Err(
+                PluginError::new(plugin.label(), "multipliers", Fault::BadOutput(m))
+                    .at_step(state.step),
+            ),
+            None => Ok(Some(out)),
         }
     }
 

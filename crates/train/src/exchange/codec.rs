@@ -38,6 +38,9 @@ pub struct Compressor {
     properties: Properties,
     /// One residual per bucket, with error feedback.
     residuals: Option<Vec<Vec<f32>>>,
+    /// The residuals before the last exchange, until the next one: what
+    /// [`Compressor::rollback`] puts back when the step that exchanged stops before its update.
+    previous: Option<Vec<Vec<f32>>>,
     seed: u64,
     label: String,
 }
@@ -100,6 +103,7 @@ impl Compressor {
         Ok(Compressor {
             properties,
             residuals,
+            previous: None,
             seed,
             label,
         })
@@ -174,9 +178,16 @@ impl Compressor {
             (None, None) => {}
         }
         if let Some(r) = &mut self.residuals {
-            *r = new_residuals;
+            self.previous = Some(std::mem::replace(r, new_residuals));
         }
         Ok(out)
+    }
+
+    /// Puts back the residuals from before the last exchange (once).
+    pub fn rollback(&mut self) {
+        if let (Some(r), Some(p)) = (&mut self.residuals, self.previous.take()) {
+            *r = p;
+        }
     }
 
     /// Encodes, moves and decodes one bucket. A rank that has failed still takes part in the

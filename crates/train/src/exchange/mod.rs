@@ -142,6 +142,15 @@ impl GradientExchange {
         }
     }
 
+    /// Undoes the last exchange's update of the codec state, for a step that stops after its
+    /// exchange and before its update (a layer-rate fault): the checkpoint then holds the
+    /// state before that step.
+    pub fn rollback(&mut self) {
+        if let Some(c) = &mut self.compressor {
+            c.rollback();
+        }
+    }
+
     /// Restores this rank's codec state from a checkpoint's tensors.
     pub fn restore(&mut self, tensors: &[(String, Tensor)], rank: usize) -> Result<()> {
         match &mut self.compressor {

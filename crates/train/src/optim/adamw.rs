@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
-use super::{LrScale, Optimizer, Param, named_state, restore_state, state_tensor};
+use super::{LrScale, Norms, Optimizer, Param, named_state, restore_state, state_tensor};
 use crate::Error;
 
 /// Prefix of the first-moment tensors in [`AdamW`]'s state.
@@ -106,9 +106,38 @@ impl AdamW {
     }
 }
 
+impl AdamW {
+    /// The bias corrections 1 − β1ᵗ and √(1 − β2ᵗ) of update number `t`.
+    fn corrections(&self, t: u64) -> (f64, f64) {
+        // powf, as Python's `beta ** step` in torch.optim (powi rounds differently).
+        let t = t as f64;
+        (
+            1.0 - self.config.beta1.powf(t),
+            (1.0 - self.config.beta2.powf(t)).sqrt(),
+        )
+    }
+}
+
 impl Optimizer for AdamW {
     fn params(&self) -> &[Param] {
         &self.params
+    }
+
+    fn weight_decays(&self) -> &[f64] {
+        &self.decay
+    }
+
+    /// ‖u‖ is LAMB's ‖r + λw‖, r = m̂ / (√v̂ + ε) with the moments the next step would have.
+    fn norms(&self) -> Vec<Norms> {
+        let AdamWConfig {
+            beta1, beta2, eps, ..
+        } = self.config;
+        let (correction1, correction2_sqrt) = self.corrections(self.steps + 1);
+        Norms::of(&self.params, |i, w, g| {
+            let m = self.exp_avg[i].lerp(g, 1.0 - beta1);
+            let v = &self.exp_avg_sq[i] * beta2 + g * g * (1.0 - beta2);
+            m / correction1 / (v.sqrt() / correction2_sqrt + eps) + w * self.decay[i]
+        })
     }
 
     fn step(&mut self, lr: f64, scale: &LrScale) {
@@ -117,10 +146,7 @@ impl Optimizer for AdamW {
             beta1, beta2, eps, ..
         } = self.config;
         self.steps += 1;
-        // powf, as Python's `beta ** step` in torch.optim (powi rounds differently).
-        let t = self.steps as f64;
-        let correction1 = 1.0 - beta1.powf(t);
-        let correction2_sqrt = (1.0 - beta2.powf(t)).sqrt();
+        let (correction1, correction2_sqrt) = self.corrections(self.steps);
         for i in 0..self.params.len() {
             let s = scale.of(i);
             let rate = if s == 1.0 { lr } else { lr * s };

@@ -12,6 +12,7 @@
 pub mod adamw;
 pub mod sgd;
 
+use lsgd_policy::Role;
 use tch::Tensor;
 use tch::nn::VarStore;
 
@@ -72,6 +73,26 @@ impl Param {
             .collect()
     }
 
+    /// What each of `params` is, for a layer-wise rate policy: a tensor of a BatchNorm layer
+    /// (whose module has a `running_mean` buffer in `vs`) is `BatchNorm`, another tensor of
+    /// fewer than two dimensions a `Bias`, the rest `Weight`s.
+    pub fn roles(vs: &VarStore, params: &[Param]) -> Vec<Role> {
+        let names: std::collections::HashSet<String> = vs.variables().into_keys().collect();
+        params
+            .iter()
+            .map(|p| {
+                let module = p.name.rsplit_once('.').map_or("", |(m, _)| m);
+                if names.contains(&format!("{module}.running_mean")) {
+                    Role::BatchNorm
+                } else if p.tensor.dim() < 2 {
+                    Role::Bias
+                } else {
+                    Role::Weight
+                }
+            })
+            .collect()
+    }
+
     /// One zero tensor shaped like each of `params`, outside autograd (optimizer state).
     pub fn zeros(params: &[Param]) -> Vec<Tensor> {
         params
@@ -101,10 +122,61 @@ impl LrScale {
     }
 }
 
+/// One tensor's norms before an update: what a layer-wise rate policy sees of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Norms {
+    /// ‖w‖.
+    pub weight: f64,
+    /// ‖g‖ of the accumulated (summed) gradient, without weight decay.
+    pub grad: f64,
+    /// ‖u‖ of the update the step would apply at a learning rate of 1, decay included.
+    pub update: f64,
+}
+
+impl Norms {
+    /// The norms of each of `params` with its update at LR 1 computed by `update(i, w, g)`
+    /// (a tensor without a gradient has none), outside autograd.
+    pub(crate) fn of(
+        params: &[Param],
+        update: impl Fn(usize, &Tensor, &Tensor) -> Tensor,
+    ) -> Vec<Norms> {
+        let _guard = tch::no_grad_guard();
+        params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let (w, g) = (&p.tensor, p.tensor.grad());
+                let (grad, update) = if g.defined() {
+                    (l2(&g), l2(&update(i, w, &g)))
+                } else {
+                    (0.0, 0.0)
+                };
+                Norms {
+                    weight: l2(w),
+                    grad,
+                    update,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The Euclidean norm of a tensor, reduced in binary64.
+pub(crate) fn l2(t: &Tensor) -> f64 {
+    t.to_kind(tch::Kind::Double).norm().double_value(&[])
+}
+
 /// An update rule over a fixed list of named parameters.
 pub trait Optimizer {
     /// The trainable tensors, in the optimizer's (name) order.
     fn params(&self) -> &[Param];
+
+    /// The weight decay of each tensor (0 where it is excluded), in [`Optimizer::params`] order.
+    fn weight_decays(&self) -> &[f64];
+
+    /// Each tensor's [`Norms`] for the update [`Optimizer::step`] would apply now, computed
+    /// without changing any state.
+    fn norms(&self) -> Vec<Norms>;
 
     /// Applies one update at learning rate `lr` (each tensor's scaled by `scale`) from the
     /// accumulated gradients; tensors without a gradient are left alone.

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tch::Tensor;
 use tch::nn::VarStore;
 
-use super::{LrScale, Optimizer, Param, named_state, restore_state};
+use super::{LrScale, Norms, Optimizer, Param, named_state, restore_state};
 use crate::Error;
 
 /// Which update equations to use.
@@ -171,9 +171,50 @@ impl Sgd {
     }
 }
 
+impl Sgd {
+    /// The update of parameter `i` at a learning rate of 1 from gradient-plus-decay `d`, in
+    /// the `pytorch` form (the `goyal` history is `η·s` times its momentum buffer), without
+    /// touching the history.
+    fn unit_update(&self, i: usize, d: &Tensor) -> Tensor {
+        let m = self.config.momentum;
+        if m == 0.0 {
+            return d.shallow_clone();
+        }
+        let history = &self.history[i];
+        let v = match (self.config.form, self.last_lr) {
+            (SgdForm::Pytorch, _) => history.shallow_clone(),
+            (SgdForm::Goyal, Some(prev)) if prev * self.last_scale[i] != 0.0 => {
+                history / (prev * self.last_scale[i])
+            }
+            (SgdForm::Goyal, _) => history.zeros_like(),
+        };
+        let next = v * m + d;
+        if self.config.nesterov {
+            d + next * m
+        } else {
+            next
+        }
+    }
+}
+
 impl Optimizer for Sgd {
     fn params(&self) -> &[Param] {
         &self.params
+    }
+
+    fn weight_decays(&self) -> &[f64] {
+        &self.decay
+    }
+
+    fn norms(&self) -> Vec<Norms> {
+        Norms::of(&self.params, |i, w, g| {
+            let d = if self.decay[i] != 0.0 {
+                g + w * self.decay[i]
+            } else {
+                g.shallow_clone()
+            };
+            self.unit_update(i, &d)
+        })
     }
 
     fn step(&mut self, lr: f64, scale: &LrScale) {
@@ -286,6 +327,34 @@ mod tests {
             run_scaled(goyal, &[0.25, 0.25], Some(&[2.0, 1.0])),
             run(cfg, &[0.5, 0.25])
         );
+    }
+
+    #[test]
+    fn norms_are_those_of_the_weights_the_gradient_and_the_next_step_at_lr_1() {
+        for form in [SgdForm::Pytorch, SgdForm::Goyal] {
+            let vs = VarStore::new(Device::Cpu);
+            let w = vs
+                .root()
+                .var_copy("w", &Tensor::from_slice(&[1.0f32, -2.0]));
+            let c = Tensor::from_slice(&[0.5f32, 1.0]);
+            let mut opt = Sgd::new(&vs, config(form, false, true));
+            (&w * &c).sum(Kind::Float).backward();
+            // No history yet: u = d = c + λw = [0.75, 0.5].
+            let n = opt.norms()[0];
+            assert_eq!((n.weight, n.grad), (5f64.sqrt(), 1.25f64.sqrt()));
+            assert_eq!(n.update, 0.8125f64.sqrt());
+            opt.step(0.5, &LrScale::Uniform);
+            opt.zero_grad();
+            (&w * &c).sum(Kind::Float).backward();
+            // w = [0.625, −2.25]; d = [0.65625, 0.4375]; u = m·v + d = [1.03125, 0.6875] in
+            // both forms (Goyal's history is η·v).
+            let n = opt.norms()[0];
+            assert_eq!(
+                n.update,
+                (1.03125f64.powi(2) + 0.6875f64.powi(2)).sqrt(),
+                "{form:?}"
+            );
+        }
     }
 
     #[test]
