@@ -1,10 +1,12 @@
 //! `lsgd-host new`: a plugin project in any supported language, ready to build with one command
 //! (`./build.sh`) into a component the host loads.
 //!
+//! Every project targets the newest contract, `wit/v0.3.0`, copied into it as `wit/policy.wit`.
 //! The templates live in `host/templates/` (one source file per language and kind); the
 //! language kits (describe/configure helpers, and Go's hand-written ABI) are the files the
 //! repository's own plugins are built with, under `plugins/lsgd-plugin-build/kit/`.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -36,6 +38,8 @@ pub enum Kind {
     BatchSize,
     /// A label-smoothing policy.
     LabelSmoothing,
+    /// A layer-wise rate policy: one learning-rate multiplier per parameter tensor (LARS).
+    LayerRate,
 }
 
 impl Kind {
@@ -44,6 +48,7 @@ impl Kind {
             Kind::Schedule => PolicyKind::Schedule,
             Kind::BatchSize => PolicyKind::BatchSize,
             Kind::LabelSmoothing => PolicyKind::LabelSmoothing,
+            Kind::LayerRate => PolicyKind::LayerRate,
         }
     }
 }
@@ -64,30 +69,60 @@ pub struct NewArgs {
     dir: Option<PathBuf>,
 }
 
-const WIT: &str = include_str!("../../../wit/v0.1.0/policy.wit");
+const WIT: &str = include_str!("../../../wit/v0.3.0/policy.wit");
 const README: &str = include_str!("../../templates/project-README.md");
+/// Sample tensor norms a layer-rate project is traced with (`trace --norms-file norms.csv`).
+const NORMS: &str = include_str!("../../templates/norms.csv");
+
+/// The contract version of [`WIT`], from its `package lsgd:policy@X.Y.Z;` line.
+fn version() -> &'static str {
+    WIT.lines()
+        .find_map(|l| l.strip_prefix("package lsgd:policy@")?.strip_suffix(';'))
+        .expect("the embedded WIT declares its package")
+}
 
 /// A file of the project: its path and contents, and whether placeholders are filled in.
 struct File {
     path: String,
-    text: &'static str,
+    text: Cow<'static, str>,
     template: bool,
 }
 
 fn template(path: impl Into<String>, text: &'static str) -> File {
     File {
         path: path.into(),
-        text,
+        text: text.into(),
         template: true,
     }
 }
 
-fn verbatim(path: impl Into<String>, text: &'static str) -> File {
+fn verbatim(path: impl Into<String>, text: impl Into<Cow<'static, str>>) -> File {
     File {
         path: path.into(),
-        text,
+        text: text.into(),
         template: false,
     }
+}
+
+/// A Go kit file with its `//go:wasmexport lsgd:policy/IFACE@VERSION#func` names at the
+/// version of [`WIT`]: the kit's files carry the version the repository's own Go plugins target,
+/// and the canonical ABI of the interfaces they implement is the same in every 0.x version.
+fn go_kit(text: &'static str) -> String {
+    const EXPORT: &str = "//go:wasmexport lsgd:policy/";
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        match line.strip_prefix(EXPORT).and_then(|rest| {
+            let (iface, rest) = rest.split_once('@')?;
+            let (_, func) = rest.split_once('#')?;
+            Some((iface, func))
+        }) {
+            Some((iface, func)) => {
+                out.push_str(&format!("{EXPORT}{iface}@{}#{func}", version()));
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// `include_str!` of the template for each kind, in [`Kind`] order.
@@ -102,6 +137,7 @@ macro_rules! per_kind {
                 "/label-smoothing.",
                 $ext
             )),
+            include_str!(concat!("../../templates/", $lang, "/layer-rate.", $ext)),
         ]
     };
 }
@@ -142,6 +178,7 @@ fn files(lang: Lang, kind: Kind) -> Vec<File> {
                 include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_schedule.go"),
                 include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_batch_size.go"),
                 include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_label_smoothing.go"),
+                include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_layer_rate.go"),
             ];
             vec![
                 template("plugin.go", per_kind!("go", "go")[k]),
@@ -149,12 +186,20 @@ fn files(lang: Lang, kind: Kind) -> Vec<File> {
                 template("build.sh", include_str!("../../templates/go/build.sh")),
                 verbatim(
                     "lsgd_plugin.go",
-                    include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_plugin.go"),
+                    go_kit(include_str!(
+                        "../../../plugins/lsgd-plugin-build/kit/go/lsgd_plugin.go"
+                    )),
                 ),
-                verbatim(format!("lsgd_{}.go", kind.policy().set_prefix()), kits[k]),
+                verbatim(
+                    format!("lsgd_{}.go", kind.policy().set_prefix()),
+                    go_kit(kits[k]),
+                ),
             ]
         }
     };
+    if kind == Kind::LayerRate {
+        files.push(verbatim("norms.csv", NORMS));
+    }
     files.push(verbatim("wit/policy.wit", WIT));
     files.push(template("README.md", README));
     files.push(verbatim(".gitignore", "target/\n"));
@@ -212,30 +257,49 @@ pub fn run(args: NewArgs) -> Result<()> {
             .replace("{{crate}}", &args.name.replace('-', "_"))
             .replace("{{world}}", kind.world())
             .replace("{{kind}}", kind.interface())
+            .replace("{{flag}}", kind.flag())
+            .replace("{{prefix}}", kind.set_prefix())
+            .replace("{{version}}", version())
+            .replace(
+                "{{trace}}",
+                &trace_args(args.kind, Path::new(""), &args.name),
+            )
             .replace("{{lang}}", language_name(args.lang))
             .replace("{{build}}", &prerequisites(args.lang))
     };
     for f in files(args.lang, args.kind) {
         let path = dir.join(&f.path);
         let text = if f.template {
-            fill(f.text)
+            fill(&f.text)
         } else {
-            f.text.to_owned()
+            f.text.into_owned()
         };
         write(&path, &text)?;
     }
     make_executable(&dir.join("build.sh"))?;
     println!(
-        "created {}: a {} {} plugin\n\nbuild it:   cd {} && ./build.sh\ntry it:     lsgd-host trace {} {}/target/{}.wasm --epochs 90 --steps-per-epoch 100 --global-batch 8192",
+        "created {}: a {} {} plugin\n\nbuild it:   cd {} && ./build.sh\ntry it:     lsgd-host trace {}",
         dir.display(),
         language_name(args.lang),
         kind.interface(),
         dir.display(),
-        kind.flag(),
-        dir.display(),
-        args.name
+        trace_args(args.kind, &dir, &args.name),
     );
     Ok(())
+}
+
+/// The arguments of `lsgd-host trace` that run the project in `dir` over a Goyal-sized run;
+/// a layer-rate plugin also needs tensor norms, the project's sample `norms.csv`.
+fn trace_args(kind: Kind, dir: &Path, name: &str) -> String {
+    let mut args = format!(
+        "{} {}",
+        kind.policy().flag(),
+        dir.join("target").join(format!("{name}.wasm")).display()
+    );
+    if kind == Kind::LayerRate {
+        args += &format!(" --norms-file {}", dir.join("norms.csv").display());
+    }
+    args + " --epochs 90 --steps-per-epoch 100 --global-batch 8192"
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {

@@ -11,6 +11,9 @@
 //!     wasi_snapshot_preview1 imports (wasi-libc's stdio) to WASI 0.2 with wasmtime 48's reactor
 //!     adapter, or with `--wasi-stub` to a stub of our own (see `wasi_stub.rs`: Go's runtime
 //!     cannot share its memory with the real adapter), and writes the component.
+//! lsgd-plugin-build exports COMPONENT.wasm
+//!     Prints the names the component exports, one a line (`lsgd:policy/plugin@0.3.0` ...:
+//!     what the host reads to tell a plugin's contract version and kind), without compiling it.
 //! ```
 
 mod wasi_stub;
@@ -29,7 +32,8 @@ const C_KIT: &str = include_str!("../kit/c/lsgd_kit.h");
 
 const USAGE: &str = "usage:
   lsgd-plugin-build c-bindings WIT_DIR WORLD OUT_DIR
-  lsgd-plugin-build componentize [--wasi-stub] CORE.wasm WIT_DIR WORLD OUT.wasm";
+  lsgd-plugin-build componentize [--wasi-stub] CORE.wasm WIT_DIR WORLD OUT.wasm
+  lsgd-plugin-build exports COMPONENT.wasm";
 
 fn main() {
     if let Err(e) = run(std::env::args().skip(1).collect()) {
@@ -51,6 +55,12 @@ fn run(args: Vec<String>) -> Result<()> {
         ),
         ["componentize", "--wasi-stub", core, wit, world, out] => {
             componentize(Path::new(core), Path::new(wit), world, Path::new(out), true)
+        }
+        ["exports", component] => {
+            for name in exports(Path::new(component))? {
+                println!("{name}");
+            }
+            Ok(())
         }
         _ => bail!("{USAGE}"),
     }
@@ -112,6 +122,34 @@ fn componentize(core: &Path, wit: &Path, world: &str, out: &Path, stub: bool) ->
         .encode()
         .with_context(|| format!("making a component of {}", core.display()))?;
     std::fs::write(out, component).with_context(|| format!("writing {}", out.display()))
+}
+
+/// The export names of the outermost component in `path` (not those of the modules and
+/// components nested in it).
+fn exports(path: &Path) -> Result<Vec<String>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut names = Vec::new();
+    // Every module and component, the outermost one too, is a Version payload, its sections'
+    // payloads (those of nested ones included) and an End payload.
+    let mut depth = 0usize;
+    for payload in wasmparser::Parser::new(0).parse_all(&bytes) {
+        match payload.with_context(|| format!("parsing {}", path.display()))? {
+            wasmparser::Payload::Version { encoding, .. } => {
+                if depth == 0 && encoding != wasmparser::Encoding::Component {
+                    bail!("{} is a core module, not a component", path.display());
+                }
+                depth += 1;
+            }
+            wasmparser::Payload::End(_) => depth -= 1,
+            wasmparser::Payload::ComponentExportSection(section) if depth == 1 => {
+                for export in section {
+                    names.push(export?.name.name.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(names)
 }
 
 fn has_custom_section(module: &[u8], prefix: &str) -> Result<bool> {

@@ -2,11 +2,13 @@
 //
 // Go has no component bindings generator for its standard toolchain, so this file is the
 // canonical ABI of the contract's `describe` and `configure`, written out by hand: it lays the
-// records out in linear memory exactly as wit-component expects (offsets from wit/v0.1.0),
-// exports `cabi_realloc` for the host to pass lists and strings in, and leaves a plugin three
-// things to define: `info` (what describe returns), `configure(Params) error` and one policy
-// function (see lsgd_schedule.go and its siblings). `lsgd-plugin-build componentize` then wraps
-// the core module into a component with the wasip1 adapter.
+// records out in linear memory exactly as wit-component expects (offsets from wit/v0.1.0, the
+// same in every later 0.x version), exports `cabi_realloc` for the host to pass lists and
+// strings in, and leaves a plugin three things to define: `info` (what describe returns),
+// `configure(Params) error` and one policy function (see lsgd_schedule.go and its siblings).
+// `lsgd-plugin-build componentize` then wraps the core module into a component with the wasip1
+// adapter. The export names carry the contract version (`@0.1.0`, which the repository's Go
+// plugins target); `lsgd-host new` writes these files with the version of the WIT it scaffolds.
 package main
 
 import (

@@ -1,0 +1,42 @@
+// {{name}}: a layer-wise rate policy for lsgd-host. Edit INFO, configure and multipliers; the
+// host calls describe once, configure once, then multipliers every step with the norms of every
+// parameter tensor, and scales the step's learning rate for tensor i by the i-th multiplier (one
+// per tensor, each finite and >= 0). lsgd_kit.js has the describe/configure helpers; a thrown
+// string becomes configure's error.
+//
+// This one is LARS (You et al., 2017): a weight's multiplier is its trust ratio
+// coefficient x ||w|| / (||g|| + weight_decay x ||w||); biases, BatchNorm parameters and tensors
+// with a zero norm keep the schedule's rate (multiplier 1).
+import * as kit from "./lsgd_kit.js";
+
+const INFO = {
+  name: "{{name}}",
+  version: "0.1.0",
+  summary: "LARS: coefficient x ||w|| / (||g|| + wd x ||w||) per weight, 1 elsewhere",
+  params: [kit.floatParam("coefficient", 0.001, "LARS trust coefficient (>= 0)")],
+};
+
+const configure = (p) => ({ coefficient: kit.floatAtLeast(p, "coefficient", 0.0) });
+
+// A fresh instance (the host makes one after any fault) starts from the defaults.
+let cfg = configure(kit.resolve(INFO, []));
+
+export const plugin = {
+  describe: () => INFO,
+  configure(params) {
+    cfg = configure(kit.resolve(INFO, params));
+  },
+};
+
+// LARS's local learning rate of one tensor: finite and >= 0 for any finite norms. A role
+// arrives as its WIT name: "weight", "bias" or "batchnorm".
+function trustRatio(coefficient, t) {
+  const w = t.weightNorm, g = t.gradNorm;
+  if (t.role !== "weight" || !(w > 0.0 && g > 0.0)) return 1.0;
+  return (coefficient * w) / (g + t.weightDecay * w);
+}
+
+export const layerRate = {
+  // Exactly one multiplier per tensor, in the order of `tensors`.
+  multipliers: (s, tensors) => tensors.map((t) => trustRatio(cfg.coefficient, t)),
+};
