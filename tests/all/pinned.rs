@@ -128,11 +128,7 @@ fn two_ranks(name: &str, extra: &[&str]) -> String {
 
 #[test]
 fn one_process_ends_with_the_pinned_weights() {
-    assert_pinned(
-        "one process",
-        &single("pinned-one", &[]),
-        0,
-    );
+    assert_pinned("one process", &single("pinned-one", &[]), 0);
 }
 
 #[test]
@@ -141,11 +137,7 @@ fn two_ranks_end_with_the_pinned_weights() {
         "pinned-two",
         &["--allreduce", "ring", "--bucket-mb", "0.05"],
     );
-    assert_pinned(
-        "two ranks, ring",
-        &got,
-        1,
-    );
+    assert_pinned("two ranks, ring", &got, 1);
 }
 
 #[test]
@@ -162,11 +154,7 @@ fn two_ranks_through_a_codec_with_error_feedback_end_with_the_pinned_weights() {
             "0.05",
         ],
     );
-    assert_pinned(
-        "two ranks, top-k 10% + error feedback",
-        &top_k,
-        2,
-    );
+    assert_pinned("two ranks, top-k 10% + error feedback", &top_k, 2);
     let fp16 = two_ranks(
         "pinned-fp16",
         &[
@@ -177,9 +165,5 @@ fn two_ranks_through_a_codec_with_error_feedback_end_with_the_pinned_weights() {
             "halving-doubling",
         ],
     );
-    assert_pinned(
-        "two ranks, fp16 + error feedback",
-        &fp16,
-        3,
-    );
+    assert_pinned("two ranks, fp16 + error feedback", &fp16, 3);
 }
