@@ -9,6 +9,20 @@ const V0_1_0: &str = "a51efbe37051bafde88a727a09e681d5f0af67261c37ed7006d2622521
 /// blake3 of wit/v0.2.0/policy.wit as released (0.1.0 plus the codec interface).
 const V0_2_0: &str = "1ffdf89111e3736419512e5e437008608f75eba58f3e298b510c01d98dd1ceee";
 
+/// blake3 of wit/v0.3.0/policy.wit as released (0.2.0 plus layer-rate and state, and the
+/// label-smoothing world without codec).
+const V0_3_0: &str = "6e21bf65c38a92bcf12657dc6804023457b207e766c63cf57593fbff89afae54";
+
+#[test]
+fn wit_v0_3_0_is_frozen() {
+    let text = std::fs::read(root().join("wit/v0.3.0/policy.wit")).unwrap();
+    assert_eq!(
+        blake3::hash(&text).to_hex().as_str(),
+        V0_3_0,
+        "wit/v0.3.0 is released and frozen; put changes in a new version folder"
+    );
+}
+
 #[test]
 fn wit_v0_2_0_is_frozen() {
     let text = std::fs::read(root().join("wit/v0.2.0/policy.wit")).unwrap();
