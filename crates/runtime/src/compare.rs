@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use lsgd_policy::State;
 
-use crate::plugin::{Fault, Plugin, PluginError, PolicyKind};
-use crate::policy::{Bounds, Clock, check_output};
+use crate::plugin::{Plugin, PolicyKind};
+use crate::policy::{Bounds, Clock, check_multipliers, check_output};
 use crate::trace::Inputs;
 use crate::{Error, Result};
 
@@ -141,17 +141,7 @@ fn outputs(p: &mut Plugin, state: &State, inputs: &Inputs, bounds: Bounds) -> Re
     if p.kind() != PolicyKind::LayerRate {
         return Ok(vec![check_output(p, state, bounds)?.as_f64()]);
     }
-    let norms = inputs.norms.at(state.step);
-    let out = p.multipliers(state, norms)?;
-    if out.len() != norms.len() {
-        let m = format!("{} multipliers for {} tensors", out.len(), norms.len());
-        return Err(
-            PluginError::new(p.label(), "multipliers", Fault::BadOutput(m))
-                .at_step(state.step)
-                .into(),
-        );
-    }
-    Ok(out)
+    Ok(check_multipliers(p, state, inputs.norms.at(state.step))?)
 }
 
 /// The first element whose reconstructions differ beyond tolerance.

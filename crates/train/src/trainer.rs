@@ -122,16 +122,7 @@ impl<'w> Trainer<'w> {
         let vs = VarStore::new(device);
         let model = run.model.build(&vs.root(), data.image, data.classes);
         let opt = optim::build(&vs, run.sgd, run.adamw);
-        let roles = Param::roles(&vs, opt.params());
-        let tensors = opt
-            .params()
-            .iter()
-            .zip(roles)
-            .map(|(p, role)| {
-                let shape = p.tensor.size().iter().map(|&d| d as u32).collect();
-                (p.name.clone(), shape, role)
-            })
-            .collect();
+        let tensors = tensor_descriptions(&vs, opt.params());
         let shapes: Vec<(String, Vec<i64>)> = opt
             .params()
             .iter()
@@ -717,6 +708,18 @@ fn plugin_records(policies: &PolicySet) -> Vec<PluginRecord> {
                 .iter()
                 .map(|(k, v)| (k.clone(), lsgd_runtime::plugin::params::render(v)))
                 .collect(),
+        })
+        .collect()
+}
+
+/// Each trainable tensor's name, shape and role, in the optimizer's order.
+fn tensor_descriptions(vs: &VarStore, params: &[Param]) -> Vec<(String, Vec<u32>, Role)> {
+    params
+        .iter()
+        .zip(Param::roles(vs, params))
+        .map(|(p, role)| {
+            let shape = p.tensor.size().iter().map(|&d| d as u32).collect();
+            (p.name.clone(), shape, role)
         })
         .collect()
 }

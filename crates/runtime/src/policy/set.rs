@@ -140,32 +140,7 @@ impl PolicySet {
         let Some(plugin) = self.get_mut(PolicyKind::LayerRate) else {
             return Ok(None);
         };
-        let out = match plugin.multipliers(state, tensors) {
-            // As in check_output: one retry on a fresh (restored) instance.
-            Err(e) if matches!(e.fault, Fault::Deadline { .. }) => {
-                plugin.multipliers(state, tensors)?
-            }
-            r => r?,
-        };
-        let problem = if out.len() != tensors.len() {
-            Some(format!(
-                "{} multipliers for {} parameter tensors",
-                out.len(),
-                tensors.len()
-            ))
-        } else {
-            out.iter()
-                .zip(tensors)
-                .find(|(m, _)| !(m.is_finite() && **m >= 0.0))
-                .map(|(m, t)| format!("multiplier {m} for {}: must be finite and >= 0", t.name))
-        };
-        match problem {
-            Some(m) => Err(
-                PluginError::new(plugin.label(), "multipliers", Fault::BadOutput(m))
-                    .at_step(state.step),
-            ),
-            None => Ok(Some(out)),
-        }
+        check_multipliers(plugin, state, tensors).map(Some)
     }
 
     /// Asks every policy for this step's values.
@@ -224,6 +199,41 @@ pub fn check_output(
     match problem {
         Some(m) => Err(
             PluginError::new(plugin.label(), plugin.call_name(), Fault::BadOutput(m))
+                .at_step(state.step),
+        ),
+        None => Ok(out),
+    }
+}
+
+/// Calls a layer-rate `plugin` for `tensors` and applies the contract's checks to what it
+/// returns: one multiplier per tensor, each finite and >= 0.
+pub fn check_multipliers(
+    plugin: &mut Plugin,
+    state: &State,
+    tensors: &[TensorNorms],
+) -> Result<Vec<f64>, PluginError> {
+    let out = match plugin.multipliers(state, tensors) {
+        // As in check_output: one retry on a fresh (restored) instance.
+        Err(e) if matches!(e.fault, Fault::Deadline { .. }) => {
+            plugin.multipliers(state, tensors)?
+        }
+        r => r?,
+    };
+    let problem = if out.len() != tensors.len() {
+        Some(format!(
+            "{} multipliers for {} parameter tensors",
+            out.len(),
+            tensors.len()
+        ))
+    } else {
+        out.iter()
+            .zip(tensors)
+            .find(|(m, _)| !(m.is_finite() && **m >= 0.0))
+            .map(|(m, t)| format!("multiplier {m} for {}: must be finite and >= 0", t.name))
+    };
+    match problem {
+        Some(m) => Err(
+            PluginError::new(plugin.label(), "multipliers", Fault::BadOutput(m))
                 .at_step(state.step),
         ),
         None => Ok(out),
