@@ -216,9 +216,7 @@ impl Plugin {
         match &self.snapshot {
             Some(s) if s.step == step => Ok(Some(s.bytes.clone())),
             // Not called yet at `step`: its state now is its state at the start of it.
-            _ => self
-                .invoke("snapshot", Some(step), true, |b, store| b.snapshot(store))
-                .map(Some),
+            _ => self.take_snapshot(step).map(Some),
         }
     }
 
@@ -240,14 +238,20 @@ impl Plugin {
     }
 
     /// Before a stateful plugin's first call at `step`, keeps its state for [`Plugin::reset`]
-    /// and [`Plugin::state_at`]. Snapshots get the long deadline: a missed one has no retry.
+    /// and [`Plugin::state_at`].
     fn before_call(&mut self, step: u64) -> Result<(), PluginError> {
         if !self.stateful() || self.snapshot.as_ref().is_some_and(|s| s.step == step) {
             return Ok(());
         }
-        let bytes = self.invoke("snapshot", Some(step), true, |b, store| b.snapshot(store))?;
+        let bytes = self.take_snapshot(step)?;
         self.snapshot = Some(Snapshot { step, bytes });
         Ok(())
+    }
+
+    /// Calls `snapshot` on the live instance, under the long deadline: a missed one has no
+    /// retry.
+    fn take_snapshot(&mut self, step: u64) -> Result<Vec<u8>, PluginError> {
+        self.invoke("snapshot", Some(step), true, |b, store| b.snapshot(store))
     }
 
     /// Calls the policy function of this plugin's kind for `state`. Raw output: range checks
