@@ -2,6 +2,8 @@
 //! libtorch without environment variables, and links libtorch_cuda only where it can be used.
 //!
 //! - An rpath to the libtorch that torch-sys linked, so `lsgd-host` runs from anywhere.
+//! - lsgd-train only: libtorch's per-device autocast switches as C functions
+//!   (`src/precision/autocast.cpp`), which tch does not expose.
 //! - rustc links with `--as-needed`, which drops torch-sys's `-ltorch -ltorch_cuda` because no
 //!   symbol of ours refers to them; without them CUDA kernels never register and a GPU machine
 //!   reports no CUDA. We force them in, but only when every library libtorch_cuda needs
@@ -43,6 +45,15 @@ fn main() {
         _ => Path::new("/proc/driver/nvidia/version").exists() && cuda_libs_resolve(&lib),
     };
     println!("cargo:rustc-env=LSGD_LINKED_CUDA={}", u8::from(link_cuda));
+    if std::env::var("CARGO_PKG_NAME").as_deref() == Ok("lsgd-train") {
+        println!("cargo:rerun-if-changed=src/precision/autocast.cpp");
+        cc::Build::new()
+            .cpp(true)
+            .std("c++17")
+            .warnings(true)
+            .file("src/precision/autocast.cpp")
+            .compile("lsgd_autocast");
+    }
     if link_cuda {
         println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
         println!("cargo:rustc-link-arg=-ltorch");

@@ -58,6 +58,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--epsilon", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -68,6 +69,10 @@ def main():
     model = (cnn if a.model == "cnn" else mlp)(int(y.max()) + 1)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=1e-4)
+    # torch.amp as lsgd-host's --precision: autocast of the forward, fp32 loss, fp32 master
+    # weights; fp16 with GradScaler's dynamic loss scaling.
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
+    scaler = torch.amp.GradScaler("cpu", enabled=a.precision == "fp16")
     order = torch.randperm(len(y))
     pos, start, loss = 0, None, None
     for step in range(a.warmup + a.steps):
@@ -79,14 +84,17 @@ def main():
         pos += a.batch
         xb, yb = x.index_select(0, idx), y.index_select(0, idx)
         opt.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(model(xb), yb, label_smoothing=a.epsilon)
-        loss.backward()
-        opt.step()
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            logits = model(xb)
+        loss = F.cross_entropy(logits.float(), yb, label_smoothing=a.epsilon)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         loss_value = loss.item()  # lsgd-host reads the loss every step too
     elapsed = time.perf_counter() - start
     print(json.dumps({"samples_per_s": a.steps * a.batch / elapsed, "seconds": elapsed,
                       "steps": a.steps, "last_loss": loss_value, "torch": torch.__version__,
-                      "threads": torch.get_num_threads()}))
+                      "threads": torch.get_num_threads(), "precision": a.precision}))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@
 pub use lsgd_collective as collective;
 pub use lsgd_runtime::{codec, compare, plugin, policy, trace};
 pub use lsgd_train as train;
-pub use lsgd_train::{data, model, optim};
+pub use lsgd_train::{data, model, optim, precision};
 
 pub mod bench;
 pub mod cli;

@@ -13,6 +13,7 @@ mod languages;
 mod layerwise;
 mod mpi;
 mod pinned;
+mod precision;
 mod scaffold;
 mod train;
 mod wit_frozen;

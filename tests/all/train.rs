@@ -43,6 +43,7 @@ pub(crate) fn config(
             test_subset: Some(1000),
             bucket_mb: 25.0,
             error_feedback: false,
+            mixed_precision: Default::default(),
         },
         invocation: Invocation {
             threads: 1,

@@ -75,6 +75,9 @@ pub struct Meta {
     /// written before contract 0.3).
     #[serde(default)]
     pub policy_state: std::collections::BTreeMap<String, String>,
+    /// fp16's loss scaler at `step` (absent for other precisions and older checkpoints).
+    #[serde(default)]
+    pub loss_scaler: Option<crate::precision::ScalerState>,
 }
 
 /// Bytes as lowercase hex, for the JSON part.

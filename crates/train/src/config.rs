@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::model::ModelSpec;
 use crate::optim::{AdamWConfig, SgdConfig, SgdForm};
+use crate::precision::MixedPrecision;
 use lsgd_collective::Algorithm;
 
 /// Where tensors live.
@@ -70,6 +71,9 @@ pub struct RunConfig {
     /// Keep the codec's compression error per bucket and add it to the next step's gradient.
     #[serde(default)]
     pub error_feedback: bool,
+    /// `--precision` and fp16's loss scaling (fp32 in checkpoints written before it existed).
+    #[serde(default)]
+    pub mixed_precision: MixedPrecision,
 }
 
 /// The settings of one invocation: where it writes, how it reports and how it uses this
@@ -102,6 +106,7 @@ impl TrainConfig {
         let run = &self.run;
         run.model.validate()?;
         run.sgd.validate()?;
+        run.mixed_precision.validate()?;
         if let Some(adamw) = &run.adamw {
             adamw.validate()?;
             if run.sgd.nesterov || run.sgd.form == SgdForm::Goyal {
@@ -206,6 +211,7 @@ mod tests {
             test_subset: None,
             bucket_mb: 25.0,
             error_feedback: false,
+            mixed_precision: MixedPrecision::default(),
         }
     }
 
@@ -250,10 +256,28 @@ mod tests {
         assert_eq!(v["seed"], 7);
         assert_eq!(v["out"], "o");
         assert_eq!(serde_json::from_value::<TrainConfig>(v.clone()).unwrap(), c);
-        // Checkpoints written before `adamw` existed still read, as SGD runs.
+        // Checkpoints written before `adamw` and `mixed_precision` existed still read, as
+        // fp32 SGD runs.
         let mut old = v;
         old.as_object_mut().unwrap().remove("adamw");
+        old.as_object_mut().unwrap().remove("mixed_precision");
         assert_eq!(serde_json::from_value::<TrainConfig>(old).unwrap(), c);
+    }
+
+    #[test]
+    fn precision_settings_are_named_by_their_flags() {
+        let mut a = run();
+        a.mixed_precision.precision = crate::precision::Precision::Fp16;
+        let mut b = a.clone();
+        b.mixed_precision.precision = crate::precision::Precision::Bf16;
+        b.mixed_precision.loss_scale = 8.0;
+        assert_eq!(
+            b.mismatches(&a),
+            [
+                "--loss-scale: checkpoint has 65536.0, this run has 8.0",
+                "--precision: checkpoint has \"fp16\", this run has \"bf16\"",
+            ]
+        );
     }
 
     #[test]

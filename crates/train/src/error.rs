@@ -89,6 +89,21 @@ pub enum Error {
         /// The run directory.
         out: PathBuf,
     },
+    /// fp16 gradients kept overflowing until no loss scale could help.
+    #[error(
+        "fp16 loss scaling gave up at step {step}: {skipped} step(s) in a row overflowed and the loss scale fell to {scale:e}, below 2^-24; the forward pass overflows fp16 or training diverged (try --precision bf16 or a lower LR); the last checkpoint is in {}",
+        .out.display()
+    )]
+    LossScaleCollapsed {
+        /// The step.
+        step: u64,
+        /// Steps skipped in a row.
+        skipped: u32,
+        /// The scale it fell to.
+        scale: f64,
+        /// The run directory.
+        out: PathBuf,
+    },
     /// A plugin fault stopped training after the state was saved. The fault is part of the
     /// message (not only its source) so that every way of printing it names the plugin.
     #[error(

@@ -5,6 +5,8 @@ use tch::nn::ModuleT;
 use tch::{Kind, Reduction};
 
 use super::tensors::SplitTensors;
+use crate::Result;
+use crate::precision::Autocast;
 
 /// Samples per forward pass during evaluation.
 const EVAL_BATCH: i64 = 1000;
@@ -18,8 +20,13 @@ pub struct Evaluation {
     pub accuracy: f64,
 }
 
-/// Evaluates `model` on `split`.
-pub fn evaluate(model: &dyn ModuleT, split: &SplitTensors) -> Evaluation {
+/// Evaluates `model` on `split`, its forward pass autocast to `autocast` if given (the
+/// precision the run trains in).
+pub fn evaluate(
+    model: &dyn ModuleT,
+    split: &SplitTensors,
+    autocast: Option<Kind>,
+) -> Result<Evaluation> {
     let _guard = tch::no_grad_guard();
     let n = split.len as i64;
     let (mut loss_sum, mut correct) = (0.0, 0i64);
@@ -28,7 +35,10 @@ pub fn evaluate(model: &dyn ModuleT, split: &SplitTensors) -> Evaluation {
         let len = EVAL_BATCH.min(n - start);
         let x = split.images.narrow(0, start, len);
         let y = split.labels.narrow(0, start, len);
-        let logits = model.forward_t(&x, false);
+        let logits = {
+            let _autocast = Autocast::enter(x.device(), autocast)?;
+            model.forward_t(&x, false).to_kind(Kind::Float)
+        };
         loss_sum += logits
             .cross_entropy_loss::<tch::Tensor>(&y, None, Reduction::Sum, -100, 0.0)
             .double_value(&[]);
@@ -39,8 +49,8 @@ pub fn evaluate(model: &dyn ModuleT, split: &SplitTensors) -> Evaluation {
             .int64_value(&[]);
         start += len;
     }
-    Evaluation {
+    Ok(Evaluation {
         loss: loss_sum / n as f64,
         accuracy: correct as f64 / n as f64,
-    }
+    })
 }

@@ -11,7 +11,8 @@
 //! - [`trainer`]: the run and the phases of its steps;
 //! - [`config`]: the run's settings, split into what defines the run and what only this
 //!   invocation;
-//! - [`optim`]: the optimizer trait and SGD;
+//! - [`optim`]: the optimizer trait, SGD and AdamW;
+//! - [`precision`]: mixed precision (autocast, fp16 loss scaling);
 //! - [`exchange`]: the gradient's way through the collective, plain or through a codec;
 //! - [`model`], [`data`], [`tensors`]: the networks, the IDX data sets, the data on the device;
 //! - [`order`]: which samples each step trains on;
@@ -35,6 +36,7 @@ pub mod model;
 pub mod optim;
 pub mod order;
 pub mod parallel;
+pub mod precision;
 pub mod progress;
 pub mod tensors;
 pub mod trainer;
@@ -64,6 +66,8 @@ pub struct Summary {
     pub weights_blake3: String,
     /// The final checkpoint.
     pub checkpoint: PathBuf,
+    /// fp16's loss scaler at the end (its scale and the steps it skipped).
+    pub loss_scaler: Option<precision::ScalerState>,
     /// Mean samples/s over the steps of this process.
     pub samples_per_s: f64,
 }

@@ -45,6 +45,13 @@ pub struct StepRecord {
     pub compression_ratio: f64,
     /// Seconds asking the policy plugins.
     pub policy_s: f64,
+    /// The fp16 loss scale of the step's backward pass (absent unless `--precision fp16`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
+    /// The step's fp16 gradients overflowed on some rank, so no update was applied and the
+    /// scale was halved (absent when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
 }
 
 /// One evaluation on the test split, after the step that completed an epoch.
@@ -81,7 +88,7 @@ impl Record {
     }
 }
 
-const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s";
+const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped";
 
 fn one() -> f64 {
     1.0
@@ -168,7 +175,7 @@ impl MetricsWriter {
             match record {
                 Record::Step(s) => writeln!(
                     steps,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     s.step,
                     s.epoch,
                     s.lr,
@@ -182,7 +189,9 @@ impl MetricsWriter {
                     s.bytes_sent,
                     s.payload_bytes,
                     s.compression_ratio,
-                    s.policy_s
+                    s.policy_s,
+                    s.loss_scale.map(|v| v.to_string()).unwrap_or_default(),
+                    u8::from(s.skipped)
                 )?,
                 Record::Eval(e) => writeln!(
                     evals,

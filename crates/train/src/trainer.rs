@@ -3,10 +3,12 @@
 //! 1. [`decide`](Trainer::decide): the policies give the global batch, the LR and ε;
 //! 2. [`batch`](Trainer::batch): the next global batch of the sample stream, this rank's shard
 //!    of it, and its micro-batches;
-//! 3. [`forward_backward`](Trainer::forward_backward): one pass per micro-batch, gradients
-//!    accumulated and pre-divided by the global batch;
-//! 4. [`exchange`](Trainer::exchange): the gradients summed over the ranks (plain or through a
-//!    codec), and the loss with them;
+//! 3. [`forward_backward`](Trainer::forward_backward): one pass per micro-batch (the forward
+//!    under autocast with `--precision bf16|fp16`), gradients accumulated and pre-divided by
+//!    the global batch, and with fp16 unscaled and checked for overflow;
+//! 4. [`agree`](Trainer::agree) and [`exchange`](Trainer::exchange): the ranks agree on the
+//!    mean loss and on whether any rank's fp16 gradients overflowed (then the step is skipped
+//!    everywhere), and the gradients are summed over the ranks (plain or through a codec);
 //! 5. [`layer_rates`](Trainer::layer_rates) and [`update`](Trainer::update): a layer-wise rate
 //!    policy's multiplier per tensor (LARS, LAMB), then the optimizer's step;
 //! 6. [`observe`](Trainer::observe): metrics, the evaluation at each epoch's end, the
@@ -33,6 +35,7 @@ use crate::exchange::{Exchanged, GradientExchange};
 use crate::metrics::{EvalRecord, MetricsWriter, Record, StepRecord};
 use crate::optim::{self, LrScale, Optimizer, Param};
 use crate::order::{SampleOrder, micro_batches};
+use crate::precision::{Autocast, LossScaler};
 use crate::progress::Progress;
 use crate::tensors::DataTensors;
 use crate::{Error, Reporting, Result, Summary, data, device, loss, parallel, tune_malloc};
@@ -61,6 +64,10 @@ pub struct Stepped {
     pub batch: Batch,
     /// The mean loss over the global batch (equal on every rank).
     pub loss: f64,
+    /// The fp16 loss scale of the step's backward pass (`None` unless fp16).
+    pub loss_scale: Option<f64>,
+    /// The gradients overflowed in fp16 on some rank: no exchange, no update.
+    pub skipped: bool,
     /// What the exchange moved (the loss's all-reduce included).
     pub exchanged: Exchanged,
     /// When the step began.
@@ -82,6 +89,10 @@ pub struct Trainer<'w> {
     model: Box<dyn ModuleT>,
     opt: Box<dyn Optimizer>,
     gradients: GradientExchange,
+    /// The kind the forward pass autocasts to (`None`: fp32).
+    autocast: Option<Kind>,
+    /// fp16's dynamic loss scaling.
+    scaler: Option<LossScaler>,
     clock: Clock,
     order: SampleOrder,
     metrics: Metrics,
@@ -164,6 +175,8 @@ impl<'w> Trainer<'w> {
             model,
             opt,
             gradients,
+            autocast: run.mixed_precision.precision.autocast_kind(),
+            scaler: run.mixed_precision.scaler(),
             clock,
             epochs_evaluated: 0,
             started: Instant::now(),
@@ -195,26 +208,37 @@ impl<'w> Trainer<'w> {
         self.finish()
     }
 
-    /// One synchronous step: every phase in order.
+    /// One synchronous step: every phase in order. A step whose fp16 gradients overflowed
+    /// stops after the agreement: no exchange and no update, the scale halved.
     pub fn step(&mut self) -> Result<()> {
         let started = Instant::now();
         let decision = self.decide()?;
         let policy_s = started.elapsed().as_secs_f64();
         let batch = self.batch(&decision);
         let t = Instant::now();
-        let loss_sum = self.forward_backward(&batch, &decision);
+        let loss_scale = self.scaler.as_ref().map(LossScaler::scale);
+        let (loss_sum, overflow) = self.forward_backward(&batch, &decision)?;
         let mut compute_s = t.elapsed().as_secs_f64();
-        let mut exchanged = self.exchange(decision.state.step)?;
-        let loss = self.mean_loss(&loss_sum, batch.global, &mut exchanged.traffic)?;
-        let t = Instant::now();
-        let scales = self.layer_rates(&decision)?;
-        self.update(&decision, &scales);
-        compute_s += t.elapsed().as_secs_f64();
+        let (loss, skipped, traffic) = self.agree(&loss_sum, overflow, batch.global)?;
+        let (mut exchanged, mut scales) = (Exchanged::default(), Vec::new());
+        if !skipped {
+            exchanged = self.exchange(decision.state.step)?;
+            let t = Instant::now();
+            scales = self.layer_rates(&decision)?;
+            self.update(&decision, &scales);
+            compute_s += t.elapsed().as_secs_f64();
+        }
+        exchanged.traffic += traffic;
+        if let Some(scaler) = &mut self.scaler {
+            scaler.update(skipped);
+        }
         self.observe(Stepped {
             decision,
             scales,
             batch,
             loss,
+            loss_scale,
+            skipped,
             exchanged,
             started,
             policy_s,
@@ -246,27 +270,51 @@ impl<'w> Trainer<'w> {
     }
 
     /// Phase 3: forward and backward over each micro-batch, accumulating gradients; returns
-    /// the sum of this rank's per-sample losses. BatchNorm sees one micro-batch at a time.
-    pub fn forward_backward(&mut self, batch: &Batch, decision: &Decision) -> Tensor {
+    /// the sum of this rank's per-sample losses and, with fp16, whether the unscaled gradients
+    /// hold an inf or NaN. BatchNorm sees one micro-batch at a time.
+    pub fn forward_backward(
+        &mut self,
+        batch: &Batch,
+        decision: &Decision,
+    ) -> Result<(Tensor, bool)> {
         self.opt.zero_grad();
         let mut loss_sum = Tensor::zeros([], (Kind::Double, self.device));
+        let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
         let mut offset = 0;
         for &m in &batch.micro {
             let idx = Tensor::from_slice(&batch.indices[offset..offset + m]).to_device(self.device);
             offset += m;
             let x = self.data.train.images.index_select(0, &idx);
             let y = self.data.train.labels.index_select(0, &idx);
+            let logits = {
+                let _autocast = Autocast::enter(self.device, self.autocast)?;
+                self.model.forward_t(&x, true)
+            };
+            // The loss in fp32 whatever the forward's precision, as torch.amp's lists have it.
             let loss = loss::smoothed_cross_entropy(
-                &self.model.forward_t(&x, true),
+                &logits.to_kind(Kind::Float),
                 &y,
                 f64::from(decision.label_smoothing),
             );
             // Scaled by micro/global, not micro/worker: the gradients are pre-divided by the
             // world size, and the collective's sum is the mean over the global batch.
-            (&loss * (m as f64 / batch.global as f64)).backward();
+            let weight = m as f64 / batch.global as f64;
+            if scale == 1.0 {
+                (&loss * weight).backward();
+            } else {
+                (&loss * weight * scale).backward();
+            }
             loss_sum += loss.detach().to_kind(Kind::Double) * m as f64;
         }
-        loss_sum
+        let overflow = match &self.scaler {
+            Some(scaler) => {
+                let grads: Vec<Tensor> =
+                    self.opt.params().iter().map(|p| p.tensor.grad()).collect();
+                scaler.unscale(&grads)
+            }
+            None => false,
+        };
+        Ok((loss_sum, overflow))
     }
 
     /// Phase 4: every gradient replaced by its sum over the ranks. A codec fault stops the
@@ -283,21 +331,27 @@ impl<'w> Trainer<'w> {
         }
     }
 
-    /// The mean loss over the global batch; with several ranks an all-reduce, since every
-    /// rank's policies must see the same `last-loss`.
-    fn mean_loss(
+    /// Phase 4a: the mean loss over the global batch, and whether any rank's fp16 gradients
+    /// overflowed (the step is then skipped on every rank); with several ranks one small
+    /// all-reduce, since every rank's policies must see the same `last-loss` and every rank
+    /// must skip the same steps.
+    pub fn agree(
         &mut self,
         loss_sum: &Tensor,
+        overflow: bool,
         global: usize,
-        traffic: &mut Traffic,
-    ) -> Result<f64> {
+    ) -> Result<(f64, bool, Traffic)> {
         let sum = loss_sum.double_value(&[]);
         if self.world.size() == 1 {
-            return Ok(sum / global as f64);
+            return Ok((sum / global as f64, overflow, Traffic::default()));
         }
-        let mut l = [sum as f32];
-        *traffic += self.world.all_reduce_sum(Algorithm::Mpi, &mut l)?;
-        Ok(f64::from(l[0]) / global as f64)
+        let mut l = vec![sum as f32];
+        if self.scaler.is_some() {
+            l.push(f32::from(u8::from(overflow)));
+        }
+        let traffic = self.world.all_reduce_sum(Algorithm::Mpi, &mut l)?;
+        let overflowed = l.get(1).is_some_and(|&ranks| ranks > 0.0);
+        Ok((f64::from(l[0]) / global as f64, overflowed, traffic))
     }
 
     /// Phase 5a: the layer-rate policy's multiplier of each tensor, from the norms of the
@@ -348,7 +402,19 @@ impl<'w> Trainer<'w> {
     /// Phase 6: records the step, advances the clock, evaluates after a completed epoch,
     /// checks the ranks agree and writes the periodic checkpoint.
     pub fn observe(&mut self, s: Stepped) -> Result<()> {
-        if !s.loss.is_finite() {
+        if let Some(scaler) = self.scaler.as_ref().filter(|sc| sc.collapsed()) {
+            self.metrics.flush()?;
+            self.progress.finish();
+            return Err(Error::LossScaleCollapsed {
+                step: s.decision.state.step,
+                skipped: scaler.state().consecutive_skips,
+                scale: scaler.scale(),
+                out: self.config.invocation.out.clone(),
+            });
+        }
+        // A skipped step's weights are untouched; its loss may be inf from an fp16 overflow in
+        // the forward pass, which the loss scaler answers, not the divergence check.
+        if !s.loss.is_finite() && !s.skipped {
             self.metrics.flush()?;
             self.progress.finish();
             return Err(Error::Diverged {
@@ -359,7 +425,10 @@ impl<'w> Trainer<'w> {
                 out: self.config.invocation.out.clone(),
             });
         }
-        self.clock.advance(s.decision.global_batch, Some(s.loss));
+        self.clock.advance(
+            s.decision.global_batch,
+            Some(s.loss).filter(|l| l.is_finite()),
+        );
         self.samples += s.batch.global as u64;
         self.record(&s)?;
         self.evaluate_at_epoch_end()?;
@@ -399,6 +468,8 @@ impl<'w> Trainer<'w> {
             payload_bytes: s.exchanged.payload_bytes,
             compression_ratio: s.exchanged.compression_ratio(),
             policy_s: s.policy_s,
+            loss_scale: s.loss_scale,
+            skipped: s.skipped,
         }))?;
         let after = self.clock.state();
         self.progress.step(
@@ -421,7 +492,7 @@ impl<'w> Trainer<'w> {
             return Ok(());
         }
         self.epochs_evaluated = completed;
-        let e = eval::evaluate(self.model.as_ref(), &self.data.test);
+        let e = eval::evaluate(self.model.as_ref(), &self.data.test, self.autocast)?;
         self.clock.set_metric(e.accuracy);
         self.metrics.write(&Record::Eval(EvalRecord {
             step: self.clock.step(),
@@ -492,6 +563,7 @@ impl<'w> Trainer<'w> {
             last_loss: self.clock.state().last_loss,
             weights_blake3: crate::weights_blake3(&self.vs),
             checkpoint,
+            loss_scaler: self.scaler.as_ref().map(LossScaler::state),
             samples_per_s: if elapsed > 0.0 {
                 self.samples as f64 / elapsed
             } else {
@@ -539,6 +611,7 @@ impl<'w> Trainer<'w> {
             config: self.config.clone(),
             plugins: self.plugins.clone(),
             policy_state,
+            loss_scaler: self.scaler.as_ref().map(LossScaler::state),
         };
         checkpoint::save(out, meta, &tensors)
     }
@@ -583,6 +656,12 @@ impl<'w> Trainer<'w> {
             meta.last_metric,
         );
         self.epochs_evaluated = meta.epochs_evaluated;
+        if let Some(scaler) = &mut self.scaler {
+            let saved = meta.loss_scaler.ok_or_else(|| {
+                Error::Checkpoint(format!("{} has no fp16 loss-scaler state", path.display()))
+            })?;
+            scaler.restore(saved);
+        }
         self.restore_policy_state(&meta, path)?;
         Ok(meta.step)
     }
@@ -664,8 +743,12 @@ impl<'w> Trainer<'w> {
             ),
             _ => String::new(),
         };
+        let precision = match self.config.run.mixed_precision.precision {
+            crate::precision::Precision::Fp32 => String::new(),
+            p => format!(" in {p} (autocast, fp32 master weights)"),
+        };
         self.progress.line(&format!(
-            "training {} ({params} parameters) on {} samples, device {:?}, {} epochs from step {}, {} rank(s){path}",
+            "training {} ({params} parameters) on {} samples, device {:?}{precision}, {} epochs from step {}, {} rank(s){path}",
             self.config.run.model.arch,
             self.data.train.len,
             self.device,

@@ -3,6 +3,10 @@
 //! smoothing and thread count), and the cost of asking the policies through the sandbox
 //! against the same formulas compiled natively, as a share of a training step.
 //!
+//! With `--precision bf16|fp16` every round also trains both sides at that precision
+//! (lsgd-host's autocast, PyTorch's `torch.autocast`), so the speed-up over fp32 is measured in
+//! the same run as fp32 itself.
+//!
 //! Both sides run in this one invocation, so the printed ratios compare like with like on
 //! whatever machine runs it.
 
@@ -19,6 +23,7 @@ use crate::model::{Arch, ModelSpec};
 use crate::optim::SgdConfig;
 use crate::plugin::{PolicyKind, Runtime};
 use crate::policy::{Bounds, PolicySet};
+use crate::precision::{MixedPrecision, Precision};
 use crate::train::metrics::{self, Record};
 use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
 
@@ -44,6 +49,8 @@ pub struct Setup {
     pub data: PathBuf,
     /// Python with torch importable.
     pub python: PathBuf,
+    /// A precision to time beside fp32 (`Fp32`: none).
+    pub precision: Precision,
 }
 
 /// The measurements.
@@ -69,6 +76,30 @@ pub struct Report {
     pub policy_overhead_pct: f64,
     /// samples/s of each round: [WASM policies, native policies, PyTorch].
     pub rounds: Vec<[f64; 3]>,
+    /// Both sides at `--precision`, when it is not fp32.
+    pub precision: Option<PrecisionReport>,
+}
+
+/// Both sides at a lower precision, against their fp32 figures of the same rounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrecisionReport {
+    /// `bf16` or `fp16`.
+    pub precision: Precision,
+    /// lsgd-host run at that precision, samples/s (median).
+    pub lsgd_samples_per_s: f64,
+    /// PyTorch under torch.autocast, samples/s (median).
+    pub pytorch_samples_per_s: f64,
+    /// lsgd-host at that precision / lsgd-host in fp32.
+    pub lsgd_speedup: f64,
+    /// PyTorch at that precision / PyTorch in fp32.
+    pub pytorch_speedup: f64,
+    /// lsgd-host / PyTorch at that precision.
+    pub ratio: f64,
+    /// samples/s of each round: [lsgd-host, PyTorch].
+    pub rounds: Vec<[f64; 2]>,
+    /// The CPU's 16-bit float instructions among `avx512_bf16`, `amx_bf16`, `avx512_fp16`,
+    /// `amx_fp16` (`/proc/cpuinfo` flags): without them libtorch converts in software.
+    pub cpu_flags: Vec<String>,
 }
 
 /// A plugin of the benchmark: its kind, name and settings.
@@ -103,7 +134,7 @@ fn load_policies(runtime: &Runtime, bounds: Bounds) -> Result<PolicySet> {
 
 /// The run both lsgd-host sides time: the bench's model and batch, one evaluation sample,
 /// stopped after the warm-up and timed steps.
-fn train_config(setup: &Setup, out: &std::path::Path) -> TrainConfig {
+fn train_config(setup: &Setup, out: &std::path::Path, precision: Precision) -> TrainConfig {
     TrainConfig {
         run: RunConfig {
             model: ModelSpec {
@@ -124,6 +155,10 @@ fn train_config(setup: &Setup, out: &std::path::Path) -> TrainConfig {
             test_subset: Some(1),
             bucket_mb: 25.0,
             error_feedback: false,
+            mixed_precision: MixedPrecision {
+                precision,
+                ..MixedPrecision::default()
+            },
         },
         invocation: Invocation {
             threads: setup.threads,
@@ -149,7 +184,9 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
     }
     let out = std::env::temp_dir().join(format!("lsgd-bench-train-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let config = train_config(setup, &out);
+    let config = train_config(setup, &out, Precision::Fp32);
+    let lower =
+        (setup.precision != Precision::Fp32).then(|| train_config(setup, &out, setup.precision));
     let bounds = Bounds {
         max_batch: setup.batch,
     };
@@ -157,6 +194,7 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
     // touches each side alike; the medians are reported.
     let (mut wasm, mut native, mut torch, mut version) =
         (Vec::new(), Vec::new(), Vec::new(), String::new());
+    let mut lower_rounds = Vec::new();
     for round in 1..=setup.rounds.max(1) {
         eprintln!(
             "round {round}/{}: lsgd-host run with WASM policies, with native policies, PyTorch …",
@@ -174,9 +212,14 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
             native_set.use_native(*kind, twin);
         }
         native.push(timed_run(&config, native_set, setup.warmup)?);
-        let (sps, v) = pytorch(setup)?;
+        let (sps, v) = pytorch(setup, Precision::Fp32)?;
         torch.push(sps);
         version = v;
+        if let Some(lower) = &lower {
+            let ours = timed_run(lower, load_policies(runtime, bounds)?, setup.warmup)?;
+            let (theirs, _) = pytorch(setup, setup.precision)?;
+            lower_rounds.push([ours.samples_per_s, theirs]);
+        }
     }
     let _ = std::fs::remove_dir_all(&out);
     let field = |runs: &[Timed], f: fn(&Timed) -> f64| median(runs.iter().map(f).collect());
@@ -185,6 +228,20 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
     let step_s = field(&wasm, |t| t.step_s);
     let (policy_wasm, policy_native) =
         (field(&wasm, |t| t.policy_s), field(&native, |t| t.policy_s));
+    let precision = lower.map(|_| {
+        let ours = median(lower_rounds.iter().map(|r| r[0]).collect());
+        let theirs = median(lower_rounds.iter().map(|r| r[1]).collect());
+        PrecisionReport {
+            precision: setup.precision,
+            lsgd_samples_per_s: ours,
+            pytorch_samples_per_s: theirs,
+            lsgd_speedup: ours / lsgd_sps,
+            pytorch_speedup: theirs / torch_sps,
+            ratio: ours / theirs,
+            rounds: lower_rounds,
+            cpu_flags: half_precision_flags(),
+        }
+    });
     Ok(Report {
         lsgd_samples_per_s: lsgd_sps,
         pytorch_samples_per_s: torch_sps,
@@ -201,7 +258,27 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
             .zip(&torch)
             .map(|((w, n), t)| [w.samples_per_s, n.samples_per_s, *t])
             .collect(),
+        precision,
     })
+}
+
+/// The 16-bit float instruction sets this CPU reports.
+fn half_precision_flags() -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags"))
+        .map(|l| {
+            l.trim_start_matches([' ', '\t', ':'])
+                .split_whitespace()
+                .collect()
+        })
+        .unwrap_or_default();
+    ["avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"]
+        .into_iter()
+        .filter(|f| flags.contains(f))
+        .map(String::from)
+        .collect()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -243,7 +320,7 @@ fn timed_run(config: &TrainConfig, policies: PolicySet, warmup: u64) -> Result<T
     })
 }
 
-fn pytorch(setup: &Setup) -> Result<(f64, String)> {
+fn pytorch(setup: &Setup, precision: Precision) -> Result<(f64, String)> {
     let script = std::env::temp_dir().join(format!("lsgd-bench-{}.py", std::process::id()));
     std::fs::write(&script, PYTORCH_SCRIPT)?;
     let out = Command::new(&setup.python)
@@ -256,6 +333,7 @@ fn pytorch(setup: &Setup) -> Result<(f64, String)> {
         .args(["--threads", &setup.threads.to_string()])
         .args(["--steps", &setup.steps.to_string()])
         .args(["--warmup", &setup.warmup.to_string()])
+        .args(["--precision", &precision.to_string()])
         .output()
         .with_context(|| format!("cannot run {}", setup.python.display()))?;
     let _ = std::fs::remove_file(&script);
@@ -317,6 +395,35 @@ pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<
         "  same run, policies compiled natively {:>9.1} samples/s",
         r.native_samples_per_s
     )?;
+    if let Some(p) = &r.precision {
+        for (i, [ours, theirs]) in p.rounds.iter().enumerate() {
+            writeln!(
+                out,
+                "  round {} at {}: lsgd-host {ours:.1}, PyTorch {theirs:.1} samples/s",
+                i + 1,
+                p.precision
+            )?;
+        }
+        writeln!(
+            out,
+            "  --precision {}: lsgd-host run {:.1} samples/s ({:.2}× its fp32), PyTorch {:.1} samples/s ({:.2}× its fp32), ratio {:.3}×",
+            p.precision,
+            p.lsgd_samples_per_s,
+            p.lsgd_speedup,
+            p.pytorch_samples_per_s,
+            p.pytorch_speedup,
+            p.ratio
+        )?;
+        writeln!(
+            out,
+            "  CPU 16-bit float instructions: {}",
+            if p.cpu_flags.is_empty() {
+                "none of avx512_bf16, amx_bf16, avx512_fp16, amx_fp16 (libtorch converts in software)".to_string()
+            } else {
+                p.cpu_flags.join(", ")
+            }
+        )?;
+    }
     writeln!(
         out,
         "  policies per step: wasm {:.2} µs, native {:.2} µs, step {:.1} ms: overhead {:.4}% of a step (goal <= 0.5%)",

@@ -9,6 +9,7 @@ use super::args::LimitArgs;
 use super::trace::Format;
 use crate::bench::{allreduce, codecs, languages, policies, train};
 use crate::model::Arch;
+use crate::precision::Precision;
 
 /// Arguments of `bench`.
 #[derive(Args, Debug)]
@@ -60,6 +61,9 @@ enum BenchCommand {
         /// Python with torch importable (default: the project venv's).
         #[arg(long)]
         python: Option<PathBuf>,
+        /// Also time both sides at this precision (bf16, fp16) and print the speed-up over fp32.
+        #[arg(long, value_enum, default_value_t = Precision::Fp32)]
+        precision: Precision,
         /// `json` prints the measurements as JSON.
         #[arg(long, value_enum)]
         format: Option<Format>,
@@ -156,6 +160,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             rounds,
             data,
             python,
+            precision,
             format,
             limits,
         } => {
@@ -169,6 +174,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 rounds,
                 data,
                 python: python.unwrap_or_else(default_python),
+                precision,
             };
             let report = train::run(&setup, &limits.runtime()?)?;
             if format == Some(Format::Json) {

@@ -9,6 +9,7 @@ use super::args::{LimitArgs, PolicyArgs};
 use crate::collective::{Algorithm, World};
 use crate::model::{Arch, ModelSpec};
 use crate::optim::{AdamWConfig, OptimizerKind, SgdConfig, SgdForm};
+use crate::precision::{MixedPrecision, Precision};
 use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
 
 /// Arguments of `run`. Every flag can also be a key of the `--config` TOML file.
@@ -77,6 +78,18 @@ pub struct RunArgs {
     /// With --sgd-form goyal: leave out the momentum correction (Goyal's pitfall, for study).
     #[arg(long)]
     no_momentum_correction: bool,
+    /// Precision of the forward/backward passes: `bf16` or `fp16` autocast them (convolutions
+    /// and matrix products in 16 bits), keeping fp32 master weights and optimizer state; fp16
+    /// scales the loss dynamically.
+    #[arg(long, value_enum, default_value_t = Precision::Fp32)]
+    precision: Precision,
+    /// With --precision fp16: the initial loss scale (halved on every step whose gradients
+    /// overflow, which is then skipped).
+    #[arg(long, default_value_t = 65536.0, value_name = "S")]
+    loss_scale: f64,
+    /// With --precision fp16: double the loss scale after N steps in a row without overflow.
+    #[arg(long, default_value_t = 2000, value_name = "N")]
+    loss_scale_growth_interval: u32,
     /// Seed of initialisation and data order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -185,6 +198,11 @@ impl RunArgs {
             test_subset: self.test_subset,
             bucket_mb: self.bucket_mb,
             error_feedback: self.error_feedback,
+            mixed_precision: MixedPrecision {
+                precision: self.precision,
+                loss_scale: self.loss_scale,
+                loss_scale_growth_interval: self.loss_scale_growth_interval,
+            },
         }
     }
 }
@@ -220,6 +238,12 @@ pub fn run(args: RunArgs) -> Result<()> {
             summary.steps,
             summary.checkpoint.display()
         ),
+    }
+    if let Some(scaler) = summary.loss_scaler {
+        println!(
+            "fp16 loss scale {} at the end; {} step(s) skipped on overflow (marked \"skipped\" in metrics.jsonl)",
+            scaler.scale, scaler.skipped
+        );
     }
     // Equal iff two runs ended with bit-identical weights (e.g. before and after a refactor).
     println!("weights blake3 {}", summary.weights_blake3);
