@@ -8,10 +8,10 @@ use lsgd_host::model::Arch;
 use lsgd_host::policy::{Bounds, PolicySet};
 use lsgd_host::precision::{MixedPrecision, Precision};
 use lsgd_host::train::metrics::StepRecord;
-use lsgd_host::train::{self, DeviceChoice, Reporting, TrainConfig};
+use lsgd_host::train::{self, DeviceChoice, TrainConfig};
 
 use crate::common::*;
-use crate::train::config;
+use crate::train::{config, quiet};
 
 fn warmup() -> PolicySet {
     let rt = runtime();
@@ -20,10 +20,6 @@ fn warmup() -> PolicySet {
         Bounds::default(),
     )
     .unwrap()
-}
-
-fn quiet() -> Reporting {
-    Reporting { quiet: true }
 }
 
 fn at(mut c: TrainConfig, precision: Precision) -> TrainConfig {

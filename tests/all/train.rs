@@ -81,7 +81,7 @@ fn checkpoint_meta(out: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(out.join("checkpoint.json")).unwrap()).unwrap()
 }
 
-fn quiet() -> Reporting {
+pub(crate) fn quiet() -> Reporting {
     Reporting { quiet: true }
 }
 

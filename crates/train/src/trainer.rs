@@ -134,19 +134,7 @@ impl<'w> Trainer<'w> {
         let model = run.model.build(&vs.root(), data.image, data.classes);
         let opt = optim::build(&vs, run.sgd, run.adamw);
         let tensors = tensor_descriptions(&vs, opt.params());
-        let shapes: Vec<(String, Vec<i64>)> = opt
-            .params()
-            .iter()
-            .map(|p| (p.name.clone(), p.tensor.size()))
-            .collect();
-        let gradients = GradientExchange::new(
-            &shapes,
-            (run.bucket_mb * (1 << 20) as f64 / 4.0) as usize,
-            config.invocation.allreduce,
-            policies.codec_mut(),
-            run.error_feedback,
-            run.seed,
-        )?;
+        let gradients = gradient_exchange(config, opt.params(), &mut policies)?;
         let clock = Clock::new(RunShape {
             epochs: run.epochs,
             samples_per_epoch: data.train.len as u64,
@@ -793,6 +781,28 @@ fn plugin_records(policies: &PolicySet) -> Vec<PluginRecord> {
                 .collect(),
         })
         .collect()
+}
+
+/// The gradient exchange of `params` (bucket size, all-reduce, codec and error feedback as
+/// `config` says).
+fn gradient_exchange(
+    config: &TrainConfig,
+    params: &[Param],
+    policies: &mut PolicySet,
+) -> Result<GradientExchange> {
+    let run = &config.run;
+    let shapes: Vec<(String, Vec<i64>)> = params
+        .iter()
+        .map(|p| (p.name.clone(), p.tensor.size()))
+        .collect();
+    GradientExchange::new(
+        &shapes,
+        (run.bucket_mb * (1 << 20) as f64 / 4.0) as usize,
+        config.invocation.allreduce,
+        policies.codec_mut(),
+        run.error_feedback,
+        run.seed,
+    )
 }
 
 /// Each trainable tensor's name, shape and role, in the optimizer's order.

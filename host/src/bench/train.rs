@@ -228,20 +228,8 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
     let step_s = field(&wasm, |t| t.step_s);
     let (policy_wasm, policy_native) =
         (field(&wasm, |t| t.policy_s), field(&native, |t| t.policy_s));
-    let precision = lower.map(|_| {
-        let ours = median(lower_rounds.iter().map(|r| r[0]).collect());
-        let theirs = median(lower_rounds.iter().map(|r| r[1]).collect());
-        PrecisionReport {
-            precision: setup.precision,
-            lsgd_samples_per_s: ours,
-            pytorch_samples_per_s: theirs,
-            lsgd_speedup: ours / lsgd_sps,
-            pytorch_speedup: theirs / torch_sps,
-            ratio: ours / theirs,
-            rounds: lower_rounds,
-            cpu_flags: half_precision_flags(),
-        }
-    });
+    let precision =
+        lower.map(|_| PrecisionReport::new(setup.precision, lower_rounds, lsgd_sps, torch_sps));
     Ok(Report {
         lsgd_samples_per_s: lsgd_sps,
         pytorch_samples_per_s: torch_sps,
@@ -260,6 +248,25 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
             .collect(),
         precision,
     })
+}
+
+impl PrecisionReport {
+    /// The medians of `rounds` ([lsgd-host, PyTorch] at `precision`) against both sides'
+    /// fp32 medians of the same rounds.
+    fn new(precision: Precision, rounds: Vec<[f64; 2]>, lsgd_fp32: f64, torch_fp32: f64) -> Self {
+        let ours = median(rounds.iter().map(|r| r[0]).collect());
+        let theirs = median(rounds.iter().map(|r| r[1]).collect());
+        PrecisionReport {
+            precision,
+            lsgd_samples_per_s: ours,
+            pytorch_samples_per_s: theirs,
+            lsgd_speedup: ours / lsgd_fp32,
+            pytorch_speedup: theirs / torch_fp32,
+            ratio: ours / theirs,
+            rounds,
+            cpu_flags: half_precision_flags(),
+        }
+    }
 }
 
 /// The 16-bit float instruction sets this CPU reports.
