@@ -51,7 +51,14 @@ fn has_row(out: &str, name: &str, element: &str) -> bool {
 fn every_algorithm_matches_mpi_allreduce_and_the_exact_16_bit_sum_on_one_to_five_ranks() {
     for np in 1..=5 {
         let out = assert_passes(np, &[]);
-        for name in ["mpi", "ring", "halving-doubling", "torus2d", "hierarchical"] {
+        for name in [
+            "mpi",
+            "ring",
+            "halving-doubling",
+            "binary-blocks",
+            "torus2d",
+            "hierarchical",
+        ] {
             for element in ["f32", "f16", "bf16"] {
                 assert!(
                     has_row(&out, name, element),
@@ -69,6 +76,23 @@ fn every_algorithm_matches_mpi_allreduce_and_the_exact_16_bit_sum_on_one_to_five
         }
         assert!(has_row(&out, "all-gather of bytes", "bytes"), "{out}");
     }
+}
+
+/// Binary blocks on 7 = 4 + 2 + 1 ranks (np 1–6 run it with every algorithm above and below):
+/// every block size, both cascades through a lone rank, sizes odd and below the chunk count.
+#[test]
+fn binary_blocks_on_seven_ranks() {
+    let out = assert_passes(
+        7,
+        &["--algo", "binary-blocks", "--sizes", "1,3,5,7,8,13,1001"],
+    );
+    for element in ["f32", "f16", "bf16"] {
+        assert!(has_row(&out, "binary-blocks", element), "{out}");
+    }
+    assert!(
+        !has_row(&out, "ring", "f32"),
+        "only the named algorithm: {out}"
+    );
 }
 
 #[test]

@@ -7,6 +7,11 @@
 //! - ring: 2(p−1)α + 2((p−1)/p)·n·β + ((p−1)/p)·n·γ;
 //! - halving-doubling: 2·log₂q·α + 2((q−1)/q)·n·β + ((q−1)/q)·n·γ with q the largest power of
 //!   two ≤ p, plus the fold when q < p: 2(α + n·β) + n·γ (send away, get back, one add);
+//! - binary-blocks, blocks s₀ > … > s_m by the binary digits of p, r_b = s_b/s_{b+1}: halving
+//!   H_b = log₂s_b·α + (1 − 1/s_b)·n·(β + γ); up U_m = H_m, U_b = max(H_b, U_{b+1}) + r_b·α +
+//!   (n/s_{b+1})·β + (n/s_b)·γ; down D₀ = 0, D_{b+1} = D_b + r_b·α + (n/s_{b+1})·β; block b
+//!   ends at E_b = D_b + log₂s_b·α + (1 − 1/s_b)·n·β (+ α + (n/s_b)·β for b < m); total
+//!   U₀ + max E_b (derived in [`super::binary_blocks`]; halving-doubling's at a power of two);
 //! - torus2d X×Y: 2(X+Y−2)α + 2((p−1)/p)·n·β + ((p−1)/p)·n·γ;
 //! - hierarchical, k ranks per node, m = ⌈p/k⌉ nodes, intra-node α_l, β_l:
 //!   ring reduce-scatter in the node (k−1)(α_l + (n/k)·β_l) + ((k−1)/k)·n·γ; gather to the
@@ -49,6 +54,7 @@ impl CostModel {
         match algo {
             Algorithm::Ring => ring(p, n, a, b, g),
             Algorithm::HalvingDoubling => halving_doubling(p, n, a, b, g),
+            Algorithm::BinaryBlocks => binary_blocks(p, n, a, b, g),
             Algorithm::Torus2d => {
                 let (x, y) = self
                     .torus_shape
@@ -85,6 +91,40 @@ pub fn halving_doubling(p: usize, n: f64, alpha: f64, beta: f64, gamma: f64) -> 
         0.0
     };
     core + fold
+}
+
+/// Rabenseifner & Träff's binary blocks: halving in each block, partial sums up the blocks,
+/// finished shares down, doubling in each block; each stage at its slowest rank.
+pub fn binary_blocks(p: usize, n: f64, alpha: f64, beta: f64, gamma: f64) -> f64 {
+    if p <= 1 {
+        return 0.0;
+    }
+    let sizes: Vec<f64> = super::binary_blocks::blocks(p)
+        .iter()
+        .map(|k| k.size as f64)
+        .collect();
+    let halving = |s: f64| s.log2() * alpha + (1.0 - 1.0 / s) * n * (beta + gamma);
+    let doubling = |s: f64| s.log2() * alpha + (1.0 - 1.0 / s) * n * beta;
+    // Up, smallest block first: U_b = max(H_b, U_{b+1}) + r_b·α + (n/s_{b+1})·β + (n/s_b)·γ.
+    let smallest = sizes[sizes.len() - 1];
+    let up = sizes.windows(2).rev().fold(halving(smallest), |below, w| {
+        let (s, t) = (w[0], w[1]);
+        halving(s).max(below) + s / t * alpha + n / t * beta + n / s * gamma
+    });
+    // Down, largest block first: block b waits D_b, doubles, and sends its share down.
+    let (mut down, mut slowest) = (0.0f64, 0.0f64);
+    for (b, &s) in sizes.iter().enumerate() {
+        let send_down = if b + 1 < sizes.len() {
+            alpha + n / s * beta
+        } else {
+            0.0
+        };
+        slowest = slowest.max(down + doubling(s) + send_down);
+        if let Some(&t) = sizes.get(b + 1) {
+            down += s / t * alpha + n / t * beta;
+        }
+    }
+    up + slowest
 }
 
 /// Recursive doubling: log₂p rounds of whole-vector exchanges.
@@ -165,6 +205,61 @@ mod tests {
             recursive_doubling(8, n, A, B, G),
             3.0 * (A + n * B + n * G)
         ));
+    }
+
+    #[test]
+    fn binary_blocks_is_halving_doubling_at_powers_of_two() {
+        for p in [2, 4, 8, 512, 1024] {
+            for n in [1e3, 1e8] {
+                let (bb, hd) = (
+                    binary_blocks(p, n, A, B, G),
+                    halving_doubling(p, n, A, B, G),
+                );
+                assert!(close(bb, hd), "p={p} n={n}: {bb} vs {hd}");
+            }
+        }
+        assert_eq!(binary_blocks(1, 1e6, A, B, G), 0.0);
+    }
+
+    #[test]
+    fn binary_blocks_matches_hand_computed_worlds() {
+        let n = 1e6;
+        // p = 3 = 2 + 1. Up: the pair halves (α + n/2·(β+γ)); the single rank sends its n in
+        // two messages (2α + n·β), the pair adds n/2. Down: the pair doubles and sends n/2 down
+        // (2α + n·β); the single rank receives two messages (2α + n·β).
+        let want = 5.0 * A + 2.5 * n * B + n * G;
+        assert!(close(binary_blocks(3, n, A, B, G), want));
+        // p = 6 = 4 + 2. Up: max(2α + ¾n(β+γ), α + ½n(β+γ)) + 2α + ½n·β + ¼n·γ. Down: the four
+        // double and send ¼n (3α + n·β); the two wait 2α + ½n·β, then double (α + ½n·β).
+        let want = 7.0 * A + 2.25 * n * B + n * G;
+        assert!(close(binary_blocks(6, n, A, B, G), want));
+        // p = 600 = 512 + 64 + 16 + 8, α only. Up, from the 8: U = 3, max(4, 3) + 2 = 6,
+        // max(6, 6) + 4 = 10, max(9, 10) + 8 = 18. Down: D = 0, 8, 12, 14; the blocks end at
+        // 0+9+1, 8+6+1, 12+4+1 and 14+3: 17.
+        assert!(close(binary_blocks(600, n, A, 0.0, 0.0), 35.0 * A));
+        // β only, in n·β. Up: U = 7/8, max(15/16, 7/8) + 1/8, then + 1/16 and + 1/64 (each
+        // block waits for the one below). Down: the 16 wait 1/64 + 1/16, then double and send
+        // down, 15/16 + 1/16.
+        let up = 15.0 / 16.0 + 1.0 / 8.0 + 1.0 / 16.0 + 1.0 / 64.0;
+        let down = 1.0 / 64.0 + 1.0 / 16.0 + 1.0;
+        assert!(close(
+            binary_blocks(600, n, 0.0, B, 0.0),
+            (up + down) * n * B
+        ));
+    }
+
+    #[test]
+    fn binary_blocks_beats_the_fold_in_bandwidth_but_not_past_an_unbalanced_world() {
+        // Large vectors: no idle ranks means well under the fold's 4n·β.
+        let n = 1e9;
+        for p in [3, 6, 600, 1000] {
+            assert!(
+                binary_blocks(p, n, A, B, G) < halving_doubling(p, n, A, B, G),
+                "p={p}"
+            );
+        }
+        // 513 = 512 + 1: the lone rank's 512 messages each way cost more than the fold at 1 KB.
+        assert!(binary_blocks(513, 1e3, A, B, G) > halving_doubling(513, 1e3, A, B, G));
     }
 
     #[test]

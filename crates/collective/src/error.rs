@@ -57,7 +57,7 @@ pub enum Error {
     /// A name in an algorithm list that is no algorithm.
     #[error(
         "unknown all-reduce algorithm {name:?} (expected all or a list of mpi, ring, \
-         halving-doubling, torus2d, hierarchical)"
+         halving-doubling, binary-blocks, torus2d, hierarchical)"
     )]
     UnknownAlgorithm {
         /// The name given.
@@ -102,6 +102,15 @@ pub enum Error {
         len: usize,
         /// Its element format.
         element: Element,
+    },
+
+    /// A point-to-point message in a world without MPI, or to a rank that does not exist.
+    #[error("no rank {rank} to exchange messages with: the world has {size} rank(s)")]
+    NoSuchRank {
+        /// The rank asked for.
+        rank: usize,
+        /// Ranks in the world.
+        size: usize,
     },
 
     /// Writing a report (the self-test summary).

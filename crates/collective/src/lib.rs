@@ -1,4 +1,4 @@
-//! Collectives for data-parallel training: the gradient all-reduce in five algorithms, in
+//! Collectives for data-parallel training: the gradient all-reduce in six algorithms, in
 //! binary32 or in a 16-bit format ([`Element::F16`], [`Element::Bf16`]), the exchange of codec
 //! payloads (summed as [`Element`]s, or all-gathered with their lengths agreed first), the
 //! agreement of all ranks on which rank failed, and the small collectives the trainer needs
@@ -13,6 +13,8 @@
 //!
 //! - [`ring`]: reduce-scatter then all-gather around a ring (bandwidth-optimal, 2(p−1) steps);
 //! - [`halving_doubling`]: Rabenseifner's recursive halving then doubling (2·log₂p steps);
+//! - [`binary_blocks`]: Rabenseifner & Träff's halving-doubling in power-of-two blocks, for
+//!   worlds that are not a power of two;
 //! - [`torus`]: Sony's 2D torus, ring along rows and columns of an X×Y grid;
 //! - [`hierarchical`]: reduce inside a node over shared memory, ring among node leaders;
 //! - [`baseline`]: MPI_Allreduce, the yardstick;
@@ -24,11 +26,13 @@
 //! Errors are one [`Error`] enum; the `lsgd-host` binary turns them into `anyhow` errors.
 
 pub mod baseline;
+pub mod binary_blocks;
 pub mod chunks;
 pub mod cost;
 mod error;
 pub mod halving_doubling;
 pub mod hierarchical;
+mod p2p;
 pub mod ring;
 pub mod selftest;
 pub mod torus;
@@ -66,8 +70,12 @@ pub enum Algorithm {
     Mpi,
     /// Ring reduce-scatter, then ring all-gather.
     Ring,
-    /// Recursive halving (reduce-scatter), then recursive doubling (all-gather).
+    /// Recursive halving (reduce-scatter), then recursive doubling (all-gather); other than
+    /// powers of two, the extra ranks fold into partners and wait.
     HalvingDoubling,
+    /// Halving-doubling inside power-of-two blocks (600 = 512+64+16+8) whose partial sums
+    /// cascade up to the largest and back (Rabenseifner & Träff); no rank waits.
+    BinaryBlocks,
     /// 2D torus: reduce-scatter along rows, all-reduce along columns, all-gather along rows.
     Torus2d,
     /// Reduce inside each node, ring among node leaders, broadcast inside each node.
@@ -76,10 +84,11 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm, the baseline first.
-    pub const ALL: [Algorithm; 5] = [
+    pub const ALL: [Algorithm; 6] = [
         Algorithm::Mpi,
         Algorithm::Ring,
         Algorithm::HalvingDoubling,
+        Algorithm::BinaryBlocks,
         Algorithm::Torus2d,
         Algorithm::Hierarchical,
     ];
@@ -90,6 +99,7 @@ impl Algorithm {
             Algorithm::Mpi => "mpi",
             Algorithm::Ring => "ring",
             Algorithm::HalvingDoubling => "halving-doubling",
+            Algorithm::BinaryBlocks => "binary-blocks",
             Algorithm::Torus2d => "torus2d",
             Algorithm::Hierarchical => "hierarchical",
         }

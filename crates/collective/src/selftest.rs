@@ -23,11 +23,14 @@ use super::{Agreement, Algorithm, Element, Result, World};
 /// What to test.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The algorithms to test, in row order (every one: [`Algorithm::ALL`]).
+    pub algos: Vec<Algorithm>,
     /// Vector lengths (elements); [`default_sizes`] covers the edge cases.
     pub sizes: Vec<usize>,
     /// Torus grid for `torus2d`; `None`: the default shape.
     pub torus_shape: Option<(usize, usize)>,
-    /// Simulated node sizes for `hierarchical`, tested in addition to the real nodes.
+    /// Simulated node sizes for `hierarchical`, tested in addition to the real nodes (when
+    /// `algos` has it).
     pub ranks_per_node: Vec<usize>,
     /// Base seed; each rank draws its data from a seed derived from it, its rank and the size.
     pub seed: u64,
@@ -126,7 +129,7 @@ type Case = (String, Algorithm, Option<usize>);
 pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
     let (p, rank) = (world.size(), world.rank());
     let mut cases: Vec<Case> = Vec::new();
-    for algo in Algorithm::ALL {
+    for &algo in &plan.algos {
         let name = match algo {
             Algorithm::Torus2d => {
                 let (x, y) = plan
@@ -138,13 +141,15 @@ pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
             _ => algo.to_string(),
         };
         cases.push((name, algo, None));
-    }
-    for &k in &plan.ranks_per_node {
-        cases.push((
-            format!("hierarchical ({k} ranks/node)"),
-            Algorithm::Hierarchical,
-            Some(k),
-        ));
+        if algo == Algorithm::Hierarchical {
+            for &k in &plan.ranks_per_node {
+                cases.push((
+                    format!("hierarchical ({k} ranks/node)"),
+                    Algorithm::Hierarchical,
+                    Some(k),
+                ));
+            }
+        }
     }
     world.set_torus_shape(plan.torus_shape)?;
 
@@ -453,18 +458,36 @@ mod tests {
     fn a_single_process_world_passes_its_own_selftest() {
         let mut world = World::single();
         let plan = Plan {
+            algos: Algorithm::ALL.to_vec(),
             sizes: default_sizes(1),
             torus_shape: None,
             ranks_per_node: vec![1],
             seed: 3,
         };
         let outcomes = run(&mut world, &plan).unwrap();
-        assert_eq!(outcomes.len(), 6 * 3 + 3 + 3);
-        assert_eq!(outcomes[18].name, PAYLOAD_ROW);
+        assert_eq!(outcomes.len(), 7 * 3 + 3 + 3);
+        assert_eq!(outcomes[21].name, PAYLOAD_ROW);
         assert!(
             outcomes.iter().all(|o| o.passed() && o.max_error == 0.0),
             "{outcomes:?}"
         );
+    }
+
+    #[test]
+    fn a_plan_tests_only_its_algorithms() {
+        let mut world = World::single();
+        let plan = Plan {
+            algos: vec![Algorithm::BinaryBlocks, Algorithm::Ring],
+            sizes: vec![0, 5],
+            torus_shape: None,
+            ranks_per_node: vec![2],
+            seed: 3,
+        };
+        let outcomes = run(&mut world, &plan).unwrap();
+        let names: Vec<&str> = outcomes.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names[..6], ["binary-blocks", "ring"].repeat(3));
+        assert_eq!(outcomes.len(), 2 * 3 + 3 + 3);
+        assert!(outcomes.iter().all(Outcome::passed), "{outcomes:?}");
     }
 
     /// Random additions in `H` stay within the two-rank tolerance of the exact sum.

@@ -12,7 +12,7 @@ use mpi::traits::*;
 use super::chunks::{Bf16, F16, F32, Format, Scratch};
 use super::hierarchical::Nodes;
 use super::torus::{self, Grid};
-use super::{Algorithm, Error, Result, Traffic, baseline, halving_doubling, ring};
+use super::{Algorithm, Error, Result, Traffic, baseline, binary_blocks, halving_doubling, ring};
 
 /// Environment variables that mpirun (Open MPI, MPICH/PMI, PMIx) sets in every rank.
 const LAUNCHER_VARS: [&str; 3] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"];
@@ -34,16 +34,16 @@ pub enum Agreement {
 
 /// The ranks of a job and the collectives between them.
 pub struct World {
-    mpi: Option<Box<Mpi>>,
+    pub(crate) mpi: Option<Box<Mpi>>,
     torus_shape: Option<(usize, usize)>,
     ranks_per_node: Option<usize>,
 }
 
 /// Field order matters: the sub-communicators are freed before the universe finalizes MPI.
-struct Mpi {
+pub(crate) struct Mpi {
     grid: Option<Grid>,
     nodes: Option<Nodes>,
-    comm: SimpleCommunicator,
+    pub(crate) comm: SimpleCommunicator,
     scratch: Scratch,
     rank: usize,
     size: usize,
@@ -201,6 +201,7 @@ impl World {
             Algorithm::Mpi => baseline::all_reduce::<E>(&m.comm, buf, scratch),
             Algorithm::Ring => ring::all_reduce::<E>(&m.comm, buf, scratch),
             Algorithm::HalvingDoubling => halving_doubling::all_reduce::<E>(&m.comm, buf, scratch),
+            Algorithm::BinaryBlocks => binary_blocks::all_reduce::<E>(&m.comm, buf, scratch),
             Algorithm::Torus2d => {
                 let shape = torus_shape.unwrap_or_else(|| torus::default_shape(m.size));
                 // Sub-communicators are made on first use: every rank reaches this call together.

@@ -90,7 +90,8 @@ enum BenchCommand {
     /// Each all-reduce algorithm against MPI_Allreduce, nccl-tests style; run under mpirun
     /// (`mpirun -np 4 lsgd-host bench allreduce --algo all --sizes 4K..64M`).
     Allreduce {
-        /// `all` or a comma-separated list: mpi, ring, halving-doubling, torus2d, hierarchical.
+        /// `all` or a comma-separated list: mpi, ring, halving-doubling, binary-blocks, torus2d,
+        /// hierarchical.
         #[arg(long, default_value = "all", value_parser = crate::collective::Algorithm::parse_list)]
         algo: std::vec::Vec<crate::collective::Algorithm>,
         /// Floats per vector: `4K..64M` (powers of two between the bounds) or a list `4K,1M`.

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
-use crate::collective::{World, parse_shape, selftest};
+use crate::collective::{Algorithm, World, parse_shape, selftest};
 
 /// Arguments of `selftest`.
 #[derive(Args, Debug)]
@@ -16,6 +16,10 @@ pub struct SelftestArgs {
 enum SelftestCommand {
     /// Every all-reduce algorithm against MPI_Allreduce on random data; exit 1 on a mismatch.
     Allreduce {
+        /// `all` or a comma-separated list: mpi, ring, halving-doubling, binary-blocks, torus2d,
+        /// hierarchical (MPI_Allreduce is the f32 reference either way).
+        #[arg(long, default_value = "all", value_parser = Algorithm::parse_list)]
+        algo: std::vec::Vec<Algorithm>,
         /// Torus grid XxY (default: near-square).
         #[arg(long, value_parser = parse_shape)]
         torus_shape: Option<(usize, usize)>,
@@ -35,6 +39,7 @@ enum SelftestCommand {
 /// Runs `selftest`; `Ok(false)` when a check failed.
 pub fn run(args: SelftestArgs) -> Result<bool> {
     let SelftestCommand::Allreduce {
+        algo,
         torus_shape,
         ranks_per_node,
         sizes,
@@ -43,6 +48,7 @@ pub fn run(args: SelftestArgs) -> Result<bool> {
     let mut world = World::init()?;
     let p = world.size();
     let plan = selftest::Plan {
+        algos: algo,
         sizes: if sizes.is_empty() {
             selftest::default_sizes(p)
         } else {
