@@ -18,7 +18,7 @@ use crate::codec::{native_round_trip, round_trip, sample_bucket};
 use crate::plugin::Runtime;
 
 /// The reference codecs: plugin file `codec-<name>`, describe() name `<name>`.
-pub const REFERENCE_CODECS: [&str; 13] = lsgd_codec::NAMES;
+pub const REFERENCE_CODECS: [&str; 14] = lsgd_codec::NAMES;
 
 /// The goal the issue sets: WASM at least this fraction of native on 1M-float buckets...
 pub const GOAL: f64 = 0.9;

@@ -83,7 +83,7 @@ impl Codec for EfSign {
 }
 
 /// The bucket ranges that get a scale each: `meta.tensors`, or the whole bucket without them.
-fn slices(meta: &Meta) -> Result<Vec<Range<usize>>, String> {
+pub(crate) fn slices(meta: &Meta) -> Result<Vec<Range<usize>>, String> {
     let n = meta.len as usize;
     if meta.tensors.is_empty() {
         // One range, but as the same list type the tensor case returns.

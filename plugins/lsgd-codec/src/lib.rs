@@ -22,6 +22,7 @@ pub mod rng;
 pub mod wire;
 
 pub mod bf16;
+pub mod dgc;
 pub mod ef_sign;
 pub mod fp16;
 pub mod identity;
@@ -226,7 +227,7 @@ fn build<C: Codec + 'static>(given: Vec<(String, Value)>) -> Result<Box<dyn DynC
 }
 
 /// Every reference codec's `describe()` name, in the order `bench codecs` reports them.
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 14] = [
     "identity",
     "fp16",
     "bf16",
@@ -234,6 +235,7 @@ pub const NAMES: [&str; 13] = [
     "qsgd",
     "terngrad",
     "top-k",
+    "dgc",
     "random-k",
     "threshold",
     "sign",
@@ -256,6 +258,7 @@ pub fn native(
         "qsgd" => build::<qsgd::Qsgd>(given),
         "terngrad" => build::<terngrad::TernGrad>(given),
         "top-k" => build::<top_k::TopK>(given),
+        "dgc" => build::<dgc::Dgc>(given),
         "random-k" => build::<random_k::RandomK>(given),
         "threshold" => build::<threshold::Threshold>(given),
         "sign" => build::<sign::Sign>(given),

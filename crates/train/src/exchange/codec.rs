@@ -1,5 +1,5 @@
 //! The gradient exchange through a codec plugin (`--codec`), with the host's error feedback
-//! (`--error-feedback`).
+//! (`--error-feedback`, [`super::feedback`]).
 //!
 //! For each bucket and round the codec encodes this rank's data; the host then moves the
 //! payloads as the codec declared:
@@ -10,8 +10,9 @@
 //!   decoded floats in rank order (so every rank adds the same numbers in the same order).
 //!
 //! Error feedback is GRACE's residual memory: p = g + e; c = C(p); e ← p − D(c), where D(c) is
-//! the decode of this rank's own payload. Residuals are per bucket and per rank, and go into
-//! every checkpoint.
+//! the decode of this rank's own payload; or DGC's momentum correction, which accumulates the
+//! velocity instead of the gradient and zeroes it where the payload sent ([`Memory`]). Its
+//! state is per bucket and per rank, and goes into every checkpoint.
 //!
 //! Before each collective the ranks agree on every payload's length (and on any fault), so a
 //! codec that misbehaves on one rank stops all ranks with an error instead of a hang.
@@ -25,22 +26,26 @@ use tch::{Kind, Tensor};
 
 use super::Exchanged;
 use super::buckets::Bucket;
+use super::feedback::{ErrorFeedback, Memory};
 use crate::{Error, Result};
 
 /// Largest bucket handed to a codec call, in floats (4 MiB of binary32).
 pub const MAX_BUCKET_FLOATS: usize = 1 << 20;
 
-/// Prefix of the error-feedback residuals in checkpoints: `ef.rank{r}.bucket{b}`.
+/// Prefix of the error-feedback residuals in checkpoints: `ef.rank{r}.bucket{b}` (the
+/// accumulation v with `--error-feedback momentum`).
 pub const RESIDUAL_PREFIX: &str = "ef.";
 
-/// The codec side of a run's exchange: the codec's properties and the residuals.
+/// Prefix of the momentum-correction velocities in checkpoints: `ef.velocity.rank{r}.bucket{b}`.
+pub const VELOCITY_PREFIX: &str = "ef.velocity.";
+
+/// The codec side of a run's exchange: the codec's properties and the error-feedback state.
 pub struct Compressor {
     properties: Properties,
-    /// One residual per bucket, with error feedback.
-    residuals: Option<Vec<Vec<f32>>>,
-    /// The residuals before the last exchange, until the next one: what
-    /// [`Compressor::rollback`] puts back when the step that exchanged stops before its update.
-    previous: Option<Vec<Vec<f32>>>,
+    /// Per bucket residual (and velocity), with error feedback; it also keeps the state before
+    /// the last exchange, which [`Compressor::rollback`] puts back when the step that
+    /// exchanged stops before its update.
+    memory: Option<Memory>,
     seed: u64,
     label: String,
 }
@@ -77,11 +82,13 @@ struct Moved {
 }
 
 impl Compressor {
-    /// Asks the codec for its properties and checks them; `buckets` is the run's layout.
+    /// Asks the codec for its properties and checks them; `buckets` is the run's layout,
+    /// `momentum` the m of `--error-feedback momentum`.
     pub fn new(
         codec: &mut Plugin,
         buckets: &[Bucket],
-        error_feedback: bool,
+        error_feedback: ErrorFeedback,
+        momentum: f64,
         seed: u64,
     ) -> Result<Self> {
         let properties = codec.properties()?;
@@ -98,12 +105,10 @@ impl Compressor {
                 properties.rounds
             )));
         }
-        let residuals =
-            error_feedback.then(|| buckets.iter().map(|b| vec![0.0f32; b.len]).collect());
+        let lens: Vec<usize> = buckets.iter().map(|b| b.len).collect();
         Ok(Compressor {
             properties,
-            residuals,
-            previous: None,
+            memory: Memory::new(error_feedback, momentum, &lens),
             seed,
             label,
         })
@@ -130,7 +135,8 @@ impl Compressor {
     }
 
     /// Replaces the gradients of `weights` by the sum over ranks of what the codec makes of
-    /// them, bucket by bucket; with error feedback, updates the residuals.
+    /// them, bucket by bucket; with error feedback, updates its state once every bucket is
+    /// through.
     pub fn exchange(
         &mut self,
         world: &mut World,
@@ -143,20 +149,16 @@ impl Compressor {
         let _guard = tch::no_grad_guard();
         let mut link = Link { world, algo, codec };
         let mut tally = Tally::default();
-        let mut new_residuals = Vec::with_capacity(buckets.len());
+        let mut staged = Vec::with_capacity(buckets.len());
         for (b, bucket) in buckets.iter().enumerate() {
             let mut data = bucket.gather(weights)?;
-            if let Some(r) = &self.residuals {
-                for (x, e) in data.iter_mut().zip(&r[b]) {
-                    *x += e;
-                }
-            }
+            let velocity = self.memory.as_ref().map(|m| m.compensate(b, &mut data));
             tally.out.floats += data.len() as u64;
             let meta = self.meta(bucket, b, step, link.world.rank());
             match self.bucket(&mut link, meta, &data, &mut tally)? {
                 Outcome::Done { sum, own } => {
-                    if self.residuals.is_some() {
-                        new_residuals.push(data.iter().zip(&own).map(|(p, d)| p - d).collect());
+                    if let (Some(m), Some(u)) = (&self.memory, velocity) {
+                        staged.push(m.settle(&data, &own, u));
                     }
                     bucket.scatter(weights, &sum);
                 }
@@ -177,16 +179,16 @@ impl Compressor {
             }
             (None, None) => {}
         }
-        if let Some(r) = &mut self.residuals {
-            self.previous = Some(std::mem::replace(r, new_residuals));
+        if let Some(m) = &mut self.memory {
+            m.commit(staged);
         }
         Ok(out)
     }
 
-    /// Puts back the residuals from before the last exchange (once).
+    /// Puts back the error-feedback state from before the last exchange (once).
     pub fn rollback(&mut self) {
-        if let (Some(r), Some(p)) = (&mut self.residuals, self.previous.take()) {
-            *r = p;
+        if let Some(m) = &mut self.memory {
+            m.rollback();
         }
     }
 
@@ -289,7 +291,7 @@ impl Compressor {
         match self.properties.combine {
             Combine::Sum(_) => {
                 let sum = codec.decode(meta, &agreed)?;
-                let own = if self.residuals.is_some() {
+                let own = if self.memory.is_some() {
                     agreed.pop();
                     agreed.push(own_last);
                     codec.decode(meta, &agreed)?
@@ -315,55 +317,79 @@ impl Compressor {
         }
     }
 
-    /// Every rank's residuals as named tensors for the checkpoint (a collective: every rank
-    /// calls it, rank 0 writes them); empty without error feedback.
+    /// Every rank's error-feedback state (residuals, and velocities with `--error-feedback
+    /// momentum`) as named tensors for the checkpoint (a collective: every rank calls it,
+    /// rank 0 writes them); empty without error feedback.
     pub fn checkpoint_tensors(&self, world: &World) -> Result<Vec<(String, Tensor)>> {
-        let Some(residuals) = &self.residuals else {
+        let Some(m) = &self.memory else {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        for (b, r) in residuals.iter().enumerate() {
-            let mut bytes = Vec::new();
-            put_f32s(&mut bytes, r);
-            let (all, _) = world.all_gather_bytes(&bytes)?;
-            for (rank, bytes) in all.iter().enumerate() {
-                let floats = f32s_from_le(bytes);
-                out.push((
-                    format!("{RESIDUAL_PREFIX}rank{rank}.bucket{b}"),
-                    Tensor::from_slice(&floats),
-                ));
+        for (prefix, state) in [
+            (RESIDUAL_PREFIX, m.residuals()),
+            (VELOCITY_PREFIX, m.velocities()),
+        ] {
+            for (b, r) in state.iter().enumerate() {
+                let mut bytes = Vec::new();
+                put_f32s(&mut bytes, r);
+                let (all, _) = world.all_gather_bytes(&bytes)?;
+                for (rank, bytes) in all.iter().enumerate() {
+                    out.push((
+                        format!("{prefix}rank{rank}.bucket{b}"),
+                        Tensor::from_slice(&f32s_from_le(bytes)),
+                    ));
+                }
             }
         }
         Ok(out)
     }
 
-    /// Restores this rank's residuals from a checkpoint's tensors.
+    /// Restores this rank's error-feedback state from a checkpoint's tensors.
     pub fn restore(&mut self, tensors: &[(String, Tensor)], rank: usize) -> Result<()> {
-        let Some(residuals) = &mut self.residuals else {
+        let Some(m) = &mut self.memory else {
             return Ok(());
         };
-        for (b, r) in residuals.iter_mut().enumerate() {
-            let key = format!("{RESIDUAL_PREFIX}rank{rank}.bucket{b}");
-            let t = tensors
-                .iter()
-                .find(|(n, _)| *n == key)
-                .map(|(_, t)| t)
-                .ok_or_else(|| {
-                    Error::Checkpoint(format!(
-                        "no error-feedback residual `{key}`: the checkpoint was written without \
-                         --error-feedback, with fewer ranks or another bucket layout"
-                    ))
-                })?;
-            let v = Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1))?;
-            if v.len() != r.len() {
-                return Err(Error::Checkpoint(format!(
-                    "error-feedback residual `{key}` has {} floats, bucket {b} has {}",
-                    v.len(),
-                    r.len()
-                )));
+        let (residuals, velocities) = m.state_mut();
+        for (prefix, what, state) in [
+            (RESIDUAL_PREFIX, "error-feedback residual", residuals),
+            (VELOCITY_PREFIX, "momentum-correction velocity", velocities),
+        ] {
+            for (b, r) in state.iter_mut().enumerate() {
+                *r = saved_bucket(
+                    tensors,
+                    &format!("{prefix}rank{rank}.bucket{b}"),
+                    what,
+                    r.len(),
+                )?;
             }
-            *r = v;
         }
         Ok(())
     }
+}
+
+/// The `len` floats a checkpoint saved under `key` (a `what` of one bucket).
+fn saved_bucket(
+    tensors: &[(String, Tensor)],
+    key: &str,
+    what: &str,
+    len: usize,
+) -> Result<Vec<f32>> {
+    let t = tensors
+        .iter()
+        .find(|(n, _)| *n == key)
+        .map(|(_, t)| t)
+        .ok_or_else(|| {
+            Error::Checkpoint(format!(
+                "no {what} `{key}`: the checkpoint was written with another --error-feedback, \
+                 with fewer ranks or another bucket layout"
+            ))
+        })?;
+    let v = Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1))?;
+    if v.len() != len {
+        return Err(Error::Checkpoint(format!(
+            "{what} `{key}` has {} floats, its bucket has {len}",
+            v.len()
+        )));
+    }
+    Ok(v)
 }

@@ -4,17 +4,24 @@
 //! compression is visible without mpirun. Gradients arrive pre-divided by the number of ranks
 //! (the loss is scaled by micro/global), so the collective's sum is the mean over the global
 //! batch (Goyal et al. §3).
+//!
+//! Before anything moves, each rank may act on its own gradient ([`Local`]): clip it
+//! (`--local-clip-norm`, DGC's local gradient clipping) and, with `--error-feedback momentum`,
+//! add its weight decay, since the velocity that the exchange then accumulates
+//! ([`feedback`]) replaces the optimizer's momentum.
 
 pub mod buckets;
 pub mod codec;
+pub mod feedback;
 
 use lsgd_collective::{Algorithm, Traffic, World};
 use lsgd_runtime::plugin::Plugin;
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
-use crate::Result;
+use crate::{Error, Result};
 use buckets::Bucket;
 use codec::{Compressor, MAX_BUCKET_FLOATS};
+pub use feedback::ErrorFeedback;
 
 /// What one exchange did on this rank.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -38,11 +45,79 @@ impl Exchanged {
     }
 }
 
-/// The gradient exchange of a run: its bucket layout, the all-reduce algorithm and, with a
-/// codec, the codec's state.
+/// What each rank does to its own gradient around the exchange: error feedback and the
+/// clipping before it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Local {
+    /// `--error-feedback`.
+    pub error_feedback: ErrorFeedback,
+    /// SGD's m, which `--error-feedback momentum` applies to the velocity.
+    pub momentum: f64,
+    /// Each tensor's weight decay λ (optimizer order), added to the gradient before the
+    /// velocity with `--error-feedback momentum`.
+    pub weight_decays: Vec<f64>,
+    /// `--local-clip-norm` C: each rank's gradient is clipped to a total L2 norm of C/√k.
+    pub clip_norm: Option<f64>,
+}
+
+impl Local {
+    /// Checks the settings against each other: `momentum` needs SGD in its plain form, with
+    /// no layer-wise rate, since it takes over the optimizer's momentum and weight decay.
+    pub fn check(&self, run: &crate::RunConfig, layer_rate: bool) -> Result<()> {
+        if let Some(c) = self.clip_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
+            return Err(Error::Config(format!(
+                "--local-clip-norm {c} must be finite and above 0"
+            )));
+        }
+        if self.clip_norm.is_some() && run.mode == crate::config::Mode::Async {
+            return Err(Error::Config(
+                "--local-clip-norm clips a rank's gradient before the synchronous exchange, \
+                 which --mode async does not run"
+                    .into(),
+            ));
+        }
+        if !self.error_feedback.moves_momentum() {
+            return Ok(());
+        }
+        let refuse = |flag: &str, why: &str| {
+            Err(Error::Config(format!(
+                "--error-feedback momentum cannot be combined with {flag}: {why}"
+            )))
+        };
+        if run.adamw.is_some() {
+            return refuse(
+                "--optimizer adamw",
+                "it accumulates SGD's velocity in the exchange (use --error-feedback residual)",
+            );
+        }
+        if run.sgd.nesterov {
+            return refuse(
+                "--nesterov",
+                "the exchange's velocity is heavy-ball momentum only",
+            );
+        }
+        if run.sgd.form == crate::optim::SgdForm::Goyal {
+            return refuse(
+                "--sgd-form goyal",
+                "the velocity accumulates gradients and the LR applies at the update, which is the pytorch form",
+            );
+        }
+        if layer_rate {
+            return refuse(
+                "--layer-rate",
+                "a layer-wise rate sees the norms of a gradient, and the exchange returns accumulated velocities",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The gradient exchange of a run: its bucket layout, the all-reduce algorithm, what each
+/// rank does to its own gradient and, with a codec, the codec's state.
 pub struct GradientExchange {
     buckets: Vec<Bucket>,
     algo: Algorithm,
+    local: Local,
     compressor: Option<Compressor>,
     params: u64,
 }
@@ -55,7 +130,7 @@ impl GradientExchange {
         bucket_floats: usize,
         algo: Algorithm,
         codec: Option<&mut Plugin>,
-        error_feedback: bool,
+        local: Local,
         seed: u64,
     ) -> Result<Self> {
         let params = weights
@@ -63,8 +138,8 @@ impl GradientExchange {
             .map(|(_, s)| s.iter().product::<i64>() as u64)
             .sum();
         let Some(codec) = codec else {
-            if error_feedback {
-                return Err(crate::Error::Config(
+            if local.error_feedback != ErrorFeedback::Off {
+                return Err(Error::Config(
                     "--error-feedback keeps a codec's compression error: it needs --codec".into(),
                 ));
             }
@@ -72,15 +147,18 @@ impl GradientExchange {
             return Ok(GradientExchange {
                 buckets,
                 algo,
+                local,
                 compressor: None,
                 params,
             });
         };
         let buckets = buckets::layout(weights, bucket_floats.clamp(1, MAX_BUCKET_FLOATS));
-        let compressor = Compressor::new(codec, &buckets, error_feedback, seed)?;
+        let compressor =
+            Compressor::new(codec, &buckets, local.error_feedback, local.momentum, seed)?;
         Ok(GradientExchange {
             buckets,
             algo,
+            local,
             compressor: Some(compressor),
             params,
         })
@@ -102,7 +180,8 @@ impl GradientExchange {
     }
 
     /// Replaces every gradient of `weights` by its sum over the ranks (through the codec, if
-    /// any); a single process without a codec has nothing to do.
+    /// any), after this rank's own clipping and, with `--error-feedback momentum`, weight
+    /// decay; a single process without a codec or clipping has nothing to do.
     pub fn exchange(
         &mut self,
         world: &mut World,
@@ -110,6 +189,7 @@ impl GradientExchange {
         weights: &[&Tensor],
         step: u64,
     ) -> Result<Exchanged> {
+        self.before(weights, world.size());
         let plain = |traffic| Exchanged {
             traffic,
             payload_bytes: 4 * self.params,
@@ -130,6 +210,25 @@ impl GradientExchange {
                 Ok(plain(traffic))
             }
             _ => Ok(plain(Traffic::default())),
+        }
+    }
+
+    /// This rank's clipping of its gradient to C/√k, then (momentum mode) its weight decay
+    /// added to the gradient, in place.
+    fn before(&self, weights: &[&Tensor], ranks: usize) {
+        let _guard = tch::no_grad_guard();
+        if let Some(c) = self.local.clip_norm {
+            let grads: Vec<Tensor> = weights.iter().map(|w| w.grad()).collect();
+            clip(&grads, c / (ranks as f64).sqrt());
+        }
+        if self.local.error_feedback.moves_momentum() {
+            for (w, &decay) in weights.iter().zip(&self.local.weight_decays) {
+                let g = w.grad();
+                if decay != 0.0 && g.defined() {
+                    // The same binary32 product and sum as the optimizer's `d = g + λw`.
+                    let _ = g.shallow_clone().g_add_(&(*w * decay));
+                }
+            }
         }
     }
 
@@ -160,17 +259,42 @@ impl GradientExchange {
     }
 }
 
+/// Scales `grads` (in place) so that their total L2 norm is at most `max`, as
+/// `torch.nn.utils.clip_grad_norm_` does: by max / (norm + 1e-6) when that is below 1; returns
+/// the norm before clipping. The norm is reduced in binary64 in tensor order, so it is the same
+/// on every run.
+pub fn clip(grads: &[Tensor], max: f64) -> f64 {
+    let norm = grads
+        .iter()
+        .filter(|g| g.defined())
+        .map(|g| {
+            g.to_kind(Kind::Double)
+                .square()
+                .sum(Kind::Double)
+                .double_value(&[])
+        })
+        .sum::<f64>()
+        .sqrt();
+    let coefficient = max / (norm + 1e-6);
+    if coefficient < 1.0 {
+        for g in grads.iter().filter(|g| g.defined()) {
+            let _ = g.shallow_clone().g_mul_scalar_(coefficient);
+        }
+    }
+    norm
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tch::Kind;
 
     #[test]
     fn a_single_process_without_a_codec_leaves_gradients_unchanged() {
         let w = Tensor::from_slice(&[1.0f32, 2.0, 3.0]).set_requires_grad(true);
         (&w * 2.0).sum(Kind::Float).backward();
         let shapes = [("w".to_string(), vec![3])];
-        let mut x = GradientExchange::new(&shapes, 2, Algorithm::Ring, None, false, 0).unwrap();
+        let mut x =
+            GradientExchange::new(&shapes, 2, Algorithm::Ring, None, Local::default(), 0).unwrap();
         assert_eq!(x.len(), 2);
         let e = x.exchange(&mut World::single(), None, &[&w], 0).unwrap();
         assert_eq!(e.traffic.bytes_sent, 0);
@@ -181,9 +305,43 @@ mod tests {
     #[test]
     fn error_feedback_without_a_codec_is_refused() {
         let shapes = [("w".to_string(), vec![3])];
-        let e = GradientExchange::new(&shapes, 8, Algorithm::Mpi, None, true, 0)
-            .err()
+        for mode in [ErrorFeedback::Residual, ErrorFeedback::Momentum] {
+            let local = Local {
+                error_feedback: mode,
+                ..Local::default()
+            };
+            let e = GradientExchange::new(&shapes, 8, Algorithm::Mpi, None, local, 0)
+                .err()
+                .unwrap();
+            assert!(e.to_string().contains("it needs --codec"), "{e}");
+        }
+    }
+
+    #[test]
+    fn local_clipping_scales_the_whole_gradient_to_c_over_root_k() {
+        let a = Tensor::from_slice(&[3.0f32]).set_requires_grad(true);
+        let b = Tensor::from_slice(&[0.0f32, 0.0]).set_requires_grad(true);
+        (&a + (&b * Tensor::from_slice(&[4.0f32, 0.0])).sum(Kind::Float))
+            .sum(Kind::Float)
+            .backward();
+        // g = (1, 4, 0), ‖g‖ = √17: clipped to 1 on one rank.
+        let local = Local {
+            clip_norm: Some(1.0),
+            ..Local::default()
+        };
+        let shapes = [("a".to_string(), vec![1]), ("b".to_string(), vec![2])];
+        let mut x = GradientExchange::new(&shapes, 8, Algorithm::Mpi, None, local, 0).unwrap();
+        x.exchange(&mut World::single(), None, &[&a, &b], 0)
             .unwrap();
-        assert!(e.to_string().contains("it needs --codec"), "{e}");
+        let got: Vec<f32> = [a.grad(), b.grad()]
+            .iter()
+            .flat_map(|g| Vec::<f32>::try_from(g).unwrap())
+            .collect();
+        let s = 1.0 / (17f64.sqrt() + 1e-6);
+        assert_eq!(got, [s as f32, (4.0 * s) as f32, 0.0]);
+        // Within the bound (C/√k = 2/√2 for two ranks) nothing changes, bit for bit.
+        let g = [Tensor::from_slice(&[0.3f32, 0.4])];
+        assert!((clip(&g, 2.0 / 2f64.sqrt()) - 0.5).abs() < 1e-7);
+        assert_eq!(Vec::<f32>::try_from(&g[0]).unwrap(), [0.3, 0.4]);
     }
 }

@@ -6,7 +6,8 @@
 //! tensors for checkpoints. A new rule (AdamW, LAMB, …) is a new file here implementing the
 //! trait; the training loop does not change.
 //!
-//! - [`sgd`]: SGD with momentum in PyTorch's and Goyal's forms;
+//! - [`sgd`]: SGD with momentum in PyTorch's and Goyal's forms, or without momentum of its own
+//!   when the exchange keeps it (`--error-feedback momentum`, DGC's momentum correction);
 //! - [`adamw`]: AdamW as `torch.optim.AdamW` computes it.
 
 pub mod adamw;
@@ -20,6 +21,7 @@ pub use adamw::{AdamW, AdamWConfig};
 pub use sgd::{Sgd, SgdConfig, SgdForm};
 
 use crate::Error;
+use crate::exchange::ErrorFeedback;
 
 /// The update rule (`--optimizer`).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,10 +34,19 @@ pub enum OptimizerKind {
 }
 
 /// The optimizer of a run over the trainable variables of `vs`: AdamW when its settings are
-/// given, else SGD.
-pub fn build(vs: &VarStore, sgd: SgdConfig, adamw: Option<AdamWConfig>) -> Box<dyn Optimizer> {
+/// given, else SGD, which with `--error-feedback momentum` leaves momentum and weight decay to
+/// the exchange.
+pub fn build(
+    vs: &VarStore,
+    sgd: SgdConfig,
+    adamw: Option<AdamWConfig>,
+    error_feedback: ErrorFeedback,
+) -> Box<dyn Optimizer> {
     match adamw {
         Some(c) => Box::new(AdamW::new(vs, c)),
+        None if error_feedback.moves_momentum() => {
+            Box::new(Sgd::new(vs, sgd).with_momentum_in_exchange())
+        }
         None => Box::new(Sgd::new(vs, sgd)),
     }
 }

@@ -14,6 +14,11 @@
 //!
 //! Weight decay is part of the update (`d`), never folded into the loss, so it is unaffected
 //! by the loss scaling the trainer does for gradient accumulation and workers.
+//!
+//! With `--error-feedback momentum` (Deep Gradient Compression's momentum correction) the
+//! exchange has already added λw, accumulated the velocity and summed the ranks' sparse
+//! accumulations, so the optimizer only steps along what arrives: `w ← w − η·g`, no history
+//! and no decay of its own ([`Sgd::with_momentum_in_exchange`]).
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
@@ -104,6 +109,9 @@ pub struct Sgd {
     /// Each parameter's LR multiplier at the last step: the Goyal form's momentum correction
     /// is the ratio of a parameter's effective rates, η_{t+1}·s_{t+1} / (η_t·s_t).
     last_scale: Vec<f64>,
+    /// The exchange applies momentum and decay (`--error-feedback momentum`): step along the
+    /// gradient as it is.
+    momentum_in_exchange: bool,
 }
 
 impl Sgd {
@@ -119,7 +127,16 @@ impl Sgd {
             decay,
             history,
             last_lr: None,
+            momentum_in_exchange: false,
         }
+    }
+
+    /// The same optimizer for a run whose exchange keeps the momentum and adds the weight
+    /// decay (`--error-feedback momentum`): each step is `w ← w − η·s·g` with the exchanged
+    /// `g`, the history stays zero (it is still checkpointed, so the layout is SGD's).
+    pub fn with_momentum_in_exchange(mut self) -> Self {
+        self.momentum_in_exchange = true;
+        self
     }
 
     /// Names of the parameters weight decay applies to.
@@ -177,7 +194,7 @@ impl Sgd {
     /// touching the history.
     fn unit_update(&self, i: usize, d: &Tensor) -> Tensor {
         let m = self.config.momentum;
-        if m == 0.0 {
+        if m == 0.0 || self.momentum_in_exchange {
             return d.shallow_clone();
         }
         let history = &self.history[i];
@@ -208,7 +225,7 @@ impl Optimizer for Sgd {
 
     fn norms(&self) -> Vec<Norms> {
         Norms::of(&self.params, |i, w, g| {
-            let d = if self.decay[i] != 0.0 {
+            let d = if self.decay[i] != 0.0 && !self.momentum_in_exchange {
                 g + w * self.decay[i]
             } else {
                 g.shallow_clone()
@@ -241,6 +258,10 @@ impl Optimizer for Sgd {
             let weight = &self.params[i].tensor;
             let mut d = weight.grad();
             if !d.defined() {
+                continue;
+            }
+            if self.momentum_in_exchange {
+                let _ = weight.shallow_clone().g_sub_(&(d * rate));
                 continue;
             }
             if self.decay[i] != 0.0 {
@@ -401,6 +422,26 @@ mod tests {
             run(config(SgdForm::Goyal, false, false), &[0.5, 0.5]),
             run(config(SgdForm::Pytorch, false, true), &[0.5, 0.5])
         );
+    }
+
+    #[test]
+    fn with_momentum_in_the_exchange_it_steps_along_the_gradient_alone() {
+        // No decay, no history: w = [1, −2] − 0.5·[0.5, 1], then − 0.25·[0.5, 1].
+        let vs = VarStore::new(Device::Cpu);
+        let w = vs
+            .root()
+            .var_copy("w", &Tensor::from_slice(&[1.0f32, -2.0]));
+        let c = Tensor::from_slice(&[0.5f32, 1.0]);
+        let mut opt =
+            Sgd::new(&vs, config(SgdForm::Pytorch, false, true)).with_momentum_in_exchange();
+        for lr in [0.5, 0.25] {
+            opt.zero_grad();
+            (&w * &c).sum(Kind::Float).backward();
+            opt.step(lr, &LrScale::Uniform);
+        }
+        assert_eq!(Vec::<f32>::try_from(&w).unwrap(), [0.625, -2.75]);
+        assert_eq!(Vec::<f32>::try_from(&opt.state()[0].1).unwrap(), [0.0, 0.0]);
+        assert_eq!(opt.norms()[0].update, 1.25f64.sqrt());
     }
 
     #[test]
