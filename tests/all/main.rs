@@ -2,10 +2,12 @@
 //! need the reference plugins and test guests built: `scripts/build-plugins.sh` (the README's
 //! test command does it).
 
+mod asynchronous;
 mod cache;
 mod cli;
 mod codecs;
 mod common;
+mod dgc;
 mod faults;
 mod formulas;
 mod golden;

@@ -42,8 +42,10 @@ pub(crate) fn config(
             train_subset: Some(train),
             test_subset: Some(1000),
             bucket_mb: 25.0,
-            error_feedback: false,
+            error_feedback: Default::default(),
+            local_clip_norm: None,
             mixed_precision: Default::default(),
+            mode: Default::default(),
         },
         invocation: Invocation {
             threads: 1,
@@ -55,6 +57,7 @@ pub(crate) fn config(
             csv: false,
             allreduce: Algorithm::Mpi,
             consistency_every: 100,
+            slow: None,
         },
     }
 }

@@ -7,6 +7,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::exchange::ErrorFeedback;
 use crate::model::ModelSpec;
 use crate::optim::{AdamWConfig, SgdConfig, SgdForm};
 use crate::precision::MixedPrecision;
@@ -68,12 +69,45 @@ pub struct RunConfig {
     pub test_subset: Option<usize>,
     /// Gradient bucket size, MiB (a codec's buckets and residuals follow it).
     pub bucket_mb: f64,
-    /// Keep the codec's compression error per bucket and add it to the next step's gradient.
+    /// What a codec drops is kept per bucket and sent later: off, GRACE's residual, or DGC's
+    /// momentum correction (`true`/`false` in checkpoints written before the modes existed).
     #[serde(default)]
-    pub error_feedback: bool,
+    pub error_feedback: ErrorFeedback,
+    /// Clip each rank's gradient to a total L2 norm of C/√k before error feedback accumulates
+    /// it (DGC's local gradient clipping).
+    #[serde(default)]
+    pub local_clip_norm: Option<f64>,
     /// `--precision` and fp16's loss scaling (fp32 in checkpoints written before it existed).
     #[serde(default)]
     pub mixed_precision: MixedPrecision,
+    /// `--mode`: synchronous data parallelism, or asynchronous SGD with a parameter server
+    /// (synchronous in checkpoints written before it existed).
+    #[serde(default)]
+    pub mode: Mode,
+}
+
+/// How the ranks of a run combine their gradients.
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Every rank computes its shard of each global batch; the gradients are summed
+    /// (all-reduce) and every rank applies the same update.
+    #[default]
+    Sync,
+    /// Rank 0 is a parameter server holding the weights, optimizer and policies; the other
+    /// ranks pull the weights, compute a gradient on a batch of their own and push it without
+    /// waiting for each other, and the server applies each as it arrives.
+    Async,
+}
+
+/// A deliberate delay of one rank (`--slow-rank`, `--slow-ms`): how a study or test shows
+/// what a straggler does to synchronous and asynchronous training.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slowdown {
+    /// The rank that is slowed.
+    pub rank: usize,
+    /// Milliseconds it sleeps before each gradient it computes.
+    pub ms: u64,
 }
 
 /// The settings of one invocation: where it writes, how it reports and how it uses this
@@ -98,6 +132,9 @@ pub struct Invocation {
     pub allreduce: Algorithm,
     /// Compare weights and policy outputs across ranks every N steps (0: only at the end).
     pub consistency_every: u64,
+    /// One rank made slower on purpose (none in checkpoints written before it existed).
+    #[serde(default)]
+    pub slow: Option<Slowdown>,
 }
 
 impl TrainConfig {
@@ -210,8 +247,10 @@ mod tests {
             train_subset: Some(600),
             test_subset: None,
             bucket_mb: 25.0,
-            error_feedback: false,
+            error_feedback: ErrorFeedback::Off,
+            local_clip_norm: None,
             mixed_precision: MixedPrecision::default(),
+            mode: Mode::Sync,
         }
     }
 
@@ -250,17 +289,23 @@ mod tests {
                 csv: false,
                 allreduce: Algorithm::Mpi,
                 consistency_every: 100,
+                slow: None,
             },
         };
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(v["seed"], 7);
         assert_eq!(v["out"], "o");
         assert_eq!(serde_json::from_value::<TrainConfig>(v.clone()).unwrap(), c);
-        // Checkpoints written before `adamw` and `mixed_precision` existed still read, as
+        // Checkpoints written before `adamw`, `mixed_precision`, `mode` and `slow` existed still read, as
         // fp32 SGD runs.
         let mut old = v;
         old.as_object_mut().unwrap().remove("adamw");
         old.as_object_mut().unwrap().remove("mixed_precision");
+        old.as_object_mut().unwrap().remove("mode");
+        old.as_object_mut().unwrap().remove("slow");
+        // ... and before `local_clip_norm`, when `error_feedback` was a switch.
+        old.as_object_mut().unwrap().remove("local_clip_norm");
+        old["error_feedback"] = serde_json::Value::Bool(false);
         assert_eq!(serde_json::from_value::<TrainConfig>(old).unwrap(), c);
     }
 

@@ -68,6 +68,9 @@ pub struct Summary {
     pub checkpoint: PathBuf,
     /// fp16's loss scaler at the end (its scale and the steps it skipped).
     pub loss_scaler: Option<precision::ScalerState>,
+    /// `--mode async`, on the server: applied gradients per staleness (steps), over the steps
+    /// of this process (empty in sync mode and on workers).
+    pub staleness: std::collections::BTreeMap<u64, u64>,
     /// Mean samples/s over the steps of this process.
     pub samples_per_s: f64,
 }

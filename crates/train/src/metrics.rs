@@ -52,6 +52,13 @@ pub struct StepRecord {
     /// scale was halved (absent when false).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skipped: bool,
+    /// `--mode async`: the rank whose gradient the step applied (absent in sync mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<u32>,
+    /// `--mode async`: server steps taken between the weights the gradient was computed on
+    /// and its application (0: fresh; absent in sync mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staleness: Option<u64>,
 }
 
 /// One evaluation on the test split, after the step that completed an epoch.
@@ -88,7 +95,7 @@ impl Record {
     }
 }
 
-const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped";
+const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped,worker,staleness";
 
 fn one() -> f64 {
     1.0
@@ -175,7 +182,7 @@ impl MetricsWriter {
             match record {
                 Record::Step(s) => writeln!(
                     steps,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     s.step,
                     s.epoch,
                     s.lr,
@@ -191,7 +198,9 @@ impl MetricsWriter {
                     s.compression_ratio,
                     s.policy_s,
                     s.loss_scale.map(|v| v.to_string()).unwrap_or_default(),
-                    u8::from(s.skipped)
+                    u8::from(s.skipped),
+                    s.worker.map(|v| v.to_string()).unwrap_or_default(),
+                    s.staleness.map(|v| v.to_string()).unwrap_or_default()
                 )?,
                 Record::Eval(e) => writeln!(
                     evals,

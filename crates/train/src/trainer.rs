@@ -15,8 +15,10 @@
 //!    cross-rank consistency check and the periodic checkpoint.
 //!
 //! [`save`](Trainer::save) writes a checkpoint, and [`stop`](Trainer::stop) is the one way out on
-//! a plugin fault: it saves the state before the failed step and names the fault. A different
-//! loop (asynchronous, overlapped) reuses these phases in another order.
+//! a plugin fault: it saves the state before the failed step and names the fault.
+//!
+//! [`asynchronous`] is the other loop (`--mode async`): the same phases split between a
+//! parameter server (decide, update, observe) and workers (forward and backward).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -28,10 +30,12 @@ use lsgd_runtime::policy::{Clock, Decision, PolicySet, RunShape};
 use tch::nn::{ModuleT, VarStore};
 use tch::{Device, Kind, Tensor};
 
+mod asynchronous;
+
 use crate::checkpoint::{self, Meta, PluginRecord};
-use crate::config::TrainConfig;
+use crate::config::{Mode, TrainConfig};
 use crate::eval::{self, Evaluation};
-use crate::exchange::{Exchanged, GradientExchange};
+use crate::exchange::{Exchanged, GradientExchange, Local};
 use crate::metrics::{EvalRecord, MetricsWriter, Record, StepRecord};
 use crate::optim::{self, LrScale, Optimizer, Param};
 use crate::order::{SampleOrder, micro_batches};
@@ -66,6 +70,8 @@ pub struct Stepped {
     pub loss: f64,
     /// The fp16 loss scale of the step's backward pass (`None` unless fp16).
     pub loss_scale: Option<f64>,
+    /// `--mode async`: the worker whose gradient was applied and its staleness in steps.
+    pub applied: Option<(u32, u64)>,
     /// The gradients overflowed in fp16 on some rank: no exchange, no update.
     pub skipped: bool,
     /// What the exchange moved (the loss's all-reduce included).
@@ -106,6 +112,8 @@ pub struct Trainer<'w> {
     last_eval: Option<Evaluation>,
     /// The last step's decision and layer-rate multipliers, for the final consistency check.
     last_decision: Option<(Decision, Vec<f64>)>,
+    /// `--mode async` on the server: how many applied gradients had each staleness.
+    staleness: std::collections::BTreeMap<u64, u64>,
     /// Each trainable tensor's name, shape and role, in the optimizer's order: what a
     /// layer-rate policy is told besides the norms.
     tensors: Vec<(String, Vec<u32>, Role)>,
@@ -132,14 +140,18 @@ impl<'w> Trainer<'w> {
         tch::manual_seed(run.seed as i64);
         let vs = VarStore::new(device);
         let model = run.model.build(&vs.root(), data.image, data.classes);
-        let opt = optim::build(&vs, run.sgd, run.adamw);
+        let opt = optim::build(&vs, run.sgd, run.adamw, run.error_feedback);
         let tensors = tensor_descriptions(&vs, opt.params());
-        let gradients = gradient_exchange(config, opt.params(), &mut policies)?;
+        let gradients = gradient_exchange(config, opt.as_ref(), &mut policies)?;
         let clock = Clock::new(RunShape {
             epochs: run.epochs,
             samples_per_epoch: data.train.len as u64,
             initial_batch: run.global_batch,
-            world_size: world.size() as u32,
+            // An asynchronous update's batch is one worker's, not split over the ranks.
+            world_size: match run.mode {
+                Mode::Sync => world.size() as u32,
+                Mode::Async => 1,
+            },
             base_lr: run.base_lr,
             reference_batch: run.reference_batch,
         })?;
@@ -171,6 +183,7 @@ impl<'w> Trainer<'w> {
             samples: 0,
             last_eval: None,
             last_decision: None,
+            staleness: Default::default(),
             tensors,
         };
         let resumed_at = resume.map(|path| trainer.resume(path)).transpose()?;
@@ -187,6 +200,9 @@ impl<'w> Trainer<'w> {
     /// Trains to the end of the run (or `--stop-after-steps`), then checks the ranks agree and
     /// saves the final checkpoint.
     pub fn run(mut self) -> Result<Summary> {
+        if self.config.run.mode == Mode::Async {
+            return self.run_async();
+        }
         self.announce();
         self.started = Instant::now();
         let stop_at = self.config.invocation.stop_after_steps.unwrap_or(u64::MAX);
@@ -203,9 +219,10 @@ impl<'w> Trainer<'w> {
         let decision = self.decide()?;
         let policy_s = started.elapsed().as_secs_f64();
         let batch = self.batch(&decision);
+        self.straggle();
         let t = Instant::now();
         let loss_scale = self.scaler.as_ref().map(LossScaler::scale);
-        let (loss_sum, overflow) = self.forward_backward(&batch, &decision)?;
+        let (loss_sum, overflow) = self.forward_backward(&batch, decision.label_smoothing)?;
         let mut compute_s = t.elapsed().as_secs_f64();
         let (loss, skipped, traffic) = self.agree(&loss_sum, overflow, batch.global)?;
         let (mut exchanged, mut scales) = (Exchanged::default(), Vec::new());
@@ -226,12 +243,25 @@ impl<'w> Trainer<'w> {
             batch,
             loss,
             loss_scale,
+            applied: None,
             skipped,
             exchanged,
             started,
             policy_s,
             compute_s,
         })
+    }
+
+    /// `--slow-rank`: that rank sleeps before computing its gradient.
+    fn straggle(&self) {
+        if let Some(slow) = self
+            .config
+            .invocation
+            .slow
+            .filter(|s| s.rank == self.world.rank())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(slow.ms));
+        }
     }
 
     /// Phase 1: the policies' decision for the next step.
@@ -257,14 +287,11 @@ impl<'w> Trainer<'w> {
         }
     }
 
-    /// Phase 3: forward and backward over each micro-batch, accumulating gradients; returns
-    /// the sum of this rank's per-sample losses and, with fp16, whether the unscaled gradients
-    /// hold an inf or NaN. BatchNorm sees one micro-batch at a time.
-    pub fn forward_backward(
-        &mut self,
-        batch: &Batch,
-        decision: &Decision,
-    ) -> Result<(Tensor, bool)> {
+    /// Phase 3: forward and backward over each micro-batch with label smoothing ε,
+    /// accumulating gradients; returns the sum of this rank's per-sample losses and, with
+    /// fp16, whether the unscaled gradients hold an inf or NaN. BatchNorm sees one micro-batch
+    /// at a time.
+    pub fn forward_backward(&mut self, batch: &Batch, epsilon: f32) -> Result<(Tensor, bool)> {
         self.opt.zero_grad();
         let mut loss_sum = Tensor::zeros([], (Kind::Double, self.device));
         let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
@@ -279,11 +306,8 @@ impl<'w> Trainer<'w> {
                 self.model.forward_t(&x, true)
             };
             // The loss in fp32 whatever the forward's precision, as torch.amp's lists have it.
-            let loss = loss::smoothed_cross_entropy(
-                &logits.to_kind(Kind::Float),
-                &y,
-                f64::from(decision.label_smoothing),
-            );
+            let loss =
+                loss::smoothed_cross_entropy(&logits.to_kind(Kind::Float), &y, f64::from(epsilon));
             // Scaled by micro/global, not micro/worker: the gradients are pre-divided by the
             // world size, and the collective's sum is the mean over the global batch.
             let weight = m as f64 / batch.global as f64;
@@ -426,7 +450,9 @@ impl<'w> Trainer<'w> {
             inv.consistency_every,
             inv.checkpoint_every,
         );
-        if every > 0 && step.is_multiple_of(every) {
+        // Asynchronous workers hold other weights than the server by design.
+        let sync = self.config.run.mode == Mode::Sync;
+        if sync && every > 0 && step.is_multiple_of(every) {
             self.consistency(&s.decision, &s.scales)?;
         }
         if ckpt > 0 && step.is_multiple_of(ckpt) && !self.clock.finished() {
@@ -458,6 +484,8 @@ impl<'w> Trainer<'w> {
             policy_s: s.policy_s,
             loss_scale: s.loss_scale,
             skipped: s.skipped,
+            worker: s.applied.map(|(w, _)| w),
+            staleness: s.applied.map(|(_, st)| st),
         }))?;
         let after = self.clock.state();
         self.progress.step(
@@ -527,7 +555,7 @@ impl<'w> Trainer<'w> {
     /// After the last step: the final consistency check and checkpoint, and the summary.
     fn finish(mut self) -> Result<Summary> {
         self.metrics.flush()?;
-        if self.world.size() > 1 {
+        if self.world.size() > 1 && self.config.run.mode == Mode::Sync {
             if let Some((d, scales)) = self.last_decision.take() {
                 self.consistency(&d, &scales)?;
             }
@@ -552,6 +580,7 @@ impl<'w> Trainer<'w> {
             weights_blake3: crate::weights_blake3(&self.vs),
             checkpoint,
             loss_scaler: self.scaler.as_ref().map(LossScaler::state),
+            staleness: std::mem::take(&mut self.staleness),
             samples_per_s: if elapsed > 0.0 {
                 self.samples as f64 / elapsed
             } else {
@@ -718,11 +747,7 @@ impl<'w> Trainer<'w> {
                 c.properties().combine,
                 c.properties().rounds,
                 self.gradients.len(),
-                if self.config.run.error_feedback {
-                    ", error feedback"
-                } else {
-                    ""
-                }
+                self.config.run.error_feedback.announce()
             ),
             _ if self.world.size() > 1 => format!(
                 ", {} all-reduce over {} bucket(s)",
@@ -783,24 +808,32 @@ fn plugin_records(policies: &PolicySet) -> Vec<PluginRecord> {
         .collect()
 }
 
-/// The gradient exchange of `params` (bucket size, all-reduce, codec and error feedback as
-/// `config` says).
+/// The gradient exchange of `opt`'s parameters (bucket size, all-reduce, codec, error
+/// feedback and local clipping as `config` says).
 fn gradient_exchange(
     config: &TrainConfig,
-    params: &[Param],
+    opt: &dyn Optimizer,
     policies: &mut PolicySet,
 ) -> Result<GradientExchange> {
     let run = &config.run;
-    let shapes: Vec<(String, Vec<i64>)> = params
+    let shapes: Vec<(String, Vec<i64>)> = opt
+        .params()
         .iter()
         .map(|p| (p.name.clone(), p.tensor.size()))
         .collect();
+    let local = Local {
+        error_feedback: run.error_feedback,
+        momentum: run.sgd.momentum,
+        weight_decays: opt.weight_decays().to_vec(),
+        clip_norm: run.local_clip_norm,
+    };
+    local.check(run, policies.get(PolicyKind::LayerRate).is_some())?;
     GradientExchange::new(
         &shapes,
         (run.bucket_mb * (1 << 20) as f64 / 4.0) as usize,
         config.invocation.allreduce,
         policies.codec_mut(),
-        run.error_feedback,
+        local,
         run.seed,
     )
 }

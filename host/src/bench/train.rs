@@ -24,6 +24,7 @@ use crate::optim::SgdConfig;
 use crate::plugin::{PolicyKind, Runtime};
 use crate::policy::{Bounds, PolicySet};
 use crate::precision::{MixedPrecision, Precision};
+use crate::train::config::Mode;
 use crate::train::metrics::{self, Record};
 use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
 
@@ -154,11 +155,13 @@ fn train_config(setup: &Setup, out: &std::path::Path, precision: Precision) -> T
             train_subset: None,
             test_subset: Some(1),
             bucket_mb: 25.0,
-            error_feedback: false,
+            error_feedback: Default::default(),
+            local_clip_norm: None,
             mixed_precision: MixedPrecision {
                 precision,
                 ..MixedPrecision::default()
             },
+            mode: Mode::Sync,
         },
         invocation: Invocation {
             threads: setup.threads,
@@ -170,6 +173,7 @@ fn train_config(setup: &Setup, out: &std::path::Path, precision: Precision) -> T
             csv: false,
             allreduce: Algorithm::Mpi,
             consistency_every: 100,
+            slow: None,
         },
     }
 }

@@ -10,6 +10,8 @@ use crate::collective::{Algorithm, World};
 use crate::model::{Arch, ModelSpec};
 use crate::optim::{AdamWConfig, OptimizerKind, SgdConfig, SgdForm};
 use crate::precision::{MixedPrecision, Precision};
+use crate::train::config::{Mode, Slowdown};
+use crate::train::exchange::ErrorFeedback;
 use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
 
 /// Arguments of `run`. Every flag can also be a key of the `--config` TOML file.
@@ -130,10 +132,31 @@ pub struct RunArgs {
     /// (0: only at the end).
     #[arg(long, default_value_t = 100, value_name = "N")]
     consistency_every: u64,
-    /// With --codec: keep each bucket's compression error (p − decode(encode(p))) and add it
-    /// to the next step's gradient (EF-SGD); saved in checkpoints.
-    #[arg(long)]
-    error_feedback: bool,
+    /// With --codec: keep what the codec drops, per bucket and rank, and send it later; saved
+    /// in checkpoints. `residual` (the flag alone; EF-SGD): p = g + e, e ← p − decode(own
+    /// payload). `momentum` (Deep Gradient Compression's momentum correction, with SGD): the
+    /// rank accumulates its velocity u ← m·u + g + λw into v ← v + u, the codec encodes v,
+    /// v ← v − decode(own payload), u is zeroed where that payload is nonzero, and the
+    /// optimizer applies the exchanged sum with no momentum or decay of its own.
+    #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1,
+          default_value_t = ErrorFeedback::Off, default_missing_value = "residual")]
+    error_feedback: ErrorFeedback,
+    /// Clip each rank's own gradient to a total L2 norm of C/√k (k ranks) before error
+    /// feedback accumulates it (DGC's local gradient clipping; C bounds the summed gradient).
+    #[arg(long, value_name = "C")]
+    local_clip_norm: Option<f64>,
+    /// `sync`: data parallelism, gradients all-reduced every step. `async`: asynchronous SGD
+    /// with rank 0 as parameter server; the other ranks pull weights and push gradients of
+    /// their own batches (of --batch samples each) without waiting for each other.
+    #[arg(long, value_enum, default_value_t = Mode::Sync)]
+    mode: Mode,
+    /// Make rank R slower on purpose (with --slow-ms): it sleeps before each gradient, a
+    /// straggler for comparing --mode sync and async.
+    #[arg(long, value_name = "R", requires = "slow_ms")]
+    slow_rank: Option<usize>,
+    /// Milliseconds --slow-rank sleeps before each gradient it computes.
+    #[arg(long, value_name = "MS", requires = "slow_rank")]
+    slow_ms: Option<u64>,
     /// Rows × columns of the torus2d all-reduce, e.g. 4x8 (default: near-square).
     #[arg(long, value_name = "XxY", value_parser = parse_shape)]
     torus_shape: Option<(usize, usize)>,
@@ -161,6 +184,10 @@ impl RunArgs {
                 csv: self.csv,
                 allreduce: self.allreduce,
                 consistency_every: self.consistency_every,
+                slow: self
+                    .slow_rank
+                    .zip(self.slow_ms)
+                    .map(|(rank, ms)| Slowdown { rank, ms }),
             },
         }
     }
@@ -198,11 +225,13 @@ impl RunArgs {
             test_subset: self.test_subset,
             bucket_mb: self.bucket_mb,
             error_feedback: self.error_feedback,
+            local_clip_norm: self.local_clip_norm,
             mixed_precision: MixedPrecision {
                 precision: self.precision,
                 loss_scale: self.loss_scale,
                 loss_scale_growth_interval: self.loss_scale_growth_interval,
             },
+            mode: self.mode,
         }
     }
 }
@@ -245,9 +274,24 @@ pub fn run(args: RunArgs) -> Result<()> {
             scaler.scale, scaler.skipped
         );
     }
+    if !summary.staleness.is_empty() {
+        println!("{}", staleness_line(&summary.staleness));
+    }
     // Equal iff two runs ended with bit-identical weights (e.g. before and after a refactor).
     println!("weights blake3 {}", summary.weights_blake3);
     Ok(())
+}
+
+/// `--mode async`'s closing line: how stale the applied gradients were.
+fn staleness_line(histogram: &std::collections::BTreeMap<u64, u64>) -> String {
+    let count: u64 = histogram.values().sum();
+    let mean = histogram.iter().map(|(s, n)| s * n).sum::<u64>() as f64 / count.max(1) as f64;
+    let max = histogram.keys().last().copied().unwrap_or(0);
+    let bins: Vec<String> = histogram.iter().map(|(s, n)| format!("{s}: {n}")).collect();
+    format!(
+        "asynchronous SGD: {count} gradients applied, staleness mean {mean:.2}, max {max} (steps: gradients {{{}}})",
+        bins.join(", ")
+    )
 }
 
 /// Turns a TOML config file into `run` flags placed before the command line's own, so that
@@ -284,7 +328,10 @@ pub fn config_args(path: &std::path::Path) -> Result<Vec<String>> {
                 toml::Value::String(s) => s,
                 toml::Value::Integer(i) => i.to_string(),
                 toml::Value::Float(f) => f.to_string(),
-                toml::Value::Boolean(b) if !takes_value => {
+                // A switch, or a flag whose value may be left out (`error_feedback = true`).
+                toml::Value::Boolean(b)
+                    if !takes_value || arg.get_num_args().is_some_and(|n| n.min_values() == 0) =>
+                {
                     if b {
                         out.push(format!("--{flag}"));
                     }
