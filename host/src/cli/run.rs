@@ -147,7 +147,7 @@ pub struct RunArgs {
     local_clip_norm: Option<f64>,
     /// `sync`: data parallelism, gradients all-reduced every step. `async`: asynchronous SGD
     /// with rank 0 as parameter server; the other ranks pull weights and push gradients of
-    /// their own batches (of --batch samples each) without waiting for each other.
+    /// their own batches (of --global-batch samples each) without waiting for each other.
     #[arg(long, value_enum, default_value_t = Mode::Sync)]
     mode: Mode,
     /// Make rank R slower on purpose (with --slow-ms): it sleeps before each gradient, a
