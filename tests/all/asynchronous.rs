@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::common::{mpirun, scratch, stderr, stdout, steps};
+use crate::common::{lsgd, mpirun, run_app, scratch, stderr, stdout, steps};
 use lsgd_host::train::metrics::{self, Record};
 
 /// The schedule of the jobs that learn: warmup over a fifth of an epoch. Momentum 0.5, not 0.9:
@@ -18,23 +18,20 @@ const WARMUP: [&str; 6] = [
     "0.5",
 ];
 
-/// `-np N lsgd-host run --mode async` on the mlp: `train` samples, 64 per gradient (η = 0.05
-/// by the linear scaling rule, warmed up from η/4), `extra`.
+/// `-np N lsgd-host run --mode async` with [`flags`].
 fn job(n: usize, out: &Path, train: usize, epochs: u32, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "-np",
-        &n.to_string(),
-        env!("CARGO_BIN_EXE_lsgd-host"),
-        "run",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let train = train.to_string();
-    let epochs = epochs.to_string();
+    let mut v = run_app(n);
+    v.extend(["--mode", "async"].map(String::from));
+    v.extend(flags(out, train, epochs, extra));
+    v
+}
+
+/// The `run` flags of the mlp job: `train` samples, 64 per gradient (η = 0.05 by the linear
+/// scaling rule, warmed up from η/4), then `extra`.
+fn flags(out: &Path, train: usize, epochs: u32, extra: &[&str]) -> Vec<String> {
+    let (train, epochs) = (train.to_string(), epochs.to_string());
+    let mut v = Vec::new();
     for a in [
-        "--mode",
-        "async",
         "--model",
         "mlp",
         "--train-subset",
@@ -160,17 +157,9 @@ fn one_worker_is_sequential_sgd_bit_for_bit() {
     // With one worker every gradient is fresh (staleness 0) and computed on the same samples
     // as a single process's step: the weights must end bit-identical.
     let (single, one) = (scratch("async-single"), scratch("async-one-worker"));
-    let mut plain = job(1, &single, 640, 1, &[]);
-    plain.drain(..3);
-    plain.retain(|a| a != "--mode" && a != "async");
-    let o = crate::common::lsgd(&plain.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(
-        o.status.success(),
-        "{}
-{}",
-        stdout(&o),
-        stderr(&o)
-    );
+    let plain = [vec!["run".to_string()], flags(&single, 640, 1, &[])].concat();
+    let o = lsgd(&plain.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let blake = |o: &std::process::Output| {
         stdout(o)
             .lines()
@@ -178,13 +167,7 @@ fn one_worker_is_sequential_sgd_bit_for_bit() {
             .unwrap()
     };
     let o2 = mpirun(&[job(2, &one, 640, 1, &[])]);
-    assert!(
-        o2.status.success(),
-        "{}
-{}",
-        stdout(&o2),
-        stderr(&o2)
-    );
+    assert!(o2.status.success(), "{}\n{}", stdout(&o2), stderr(&o2));
     assert!(
         stdout(&o2).contains("staleness mean 0.00, max 0"),
         "{}",

@@ -136,17 +136,18 @@ pub fn mpirun(apps: &[Vec<String>]) -> std::process::Output {
         .expect("mpirun (Open MPI) is installed by scripts/setup.sh")
 }
 
+/// `-np N lsgd-host run`: an mpirun app, the run's flags to follow.
+pub fn run_app(n: usize) -> Vec<String> {
+    let bin = env!("CARGO_BIN_EXE_lsgd-host");
+    ["-np", &n.to_string(), bin, "run"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
 /// `-np N lsgd-host run` with the small cnn job's flags plus `extra`.
 pub fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "-np",
-        &n.to_string(),
-        env!("CARGO_BIN_EXE_lsgd-host"),
-        "run",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut v = run_app(n);
     for a in [
         "--model",
         "cnn",

@@ -581,11 +581,7 @@ impl<'w> Trainer<'w> {
             checkpoint,
             loss_scaler: self.scaler.as_ref().map(LossScaler::state),
             staleness: std::mem::take(&mut self.staleness),
-            samples_per_s: if elapsed > 0.0 {
-                self.samples as f64 / elapsed
-            } else {
-                0.0
-            },
+            samples_per_s: per_second(self.samples, elapsed),
         })
     }
 
@@ -769,6 +765,15 @@ impl<'w> Trainer<'w> {
             self.clock.step(),
             self.world.size(),
         ));
+    }
+}
+
+/// `count` per second over `seconds` (0 when no time passed).
+fn per_second(count: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        count as f64 / seconds
+    } else {
+        0.0
     }
 }
 

@@ -78,22 +78,22 @@ impl Layout {
         }
     }
 
-    fn grads(&self) -> Vec<Tensor> {
-        self.params.iter().map(Tensor::grad).collect()
+    /// What a `GRADIENT` message holds: the gradients, then the buffers.
+    fn gradient_parts(&self) -> Vec<Tensor> {
+        let grads = self.params.iter().map(Tensor::grad);
+        grads
+            .chain(self.buffers.iter().map(Tensor::shallow_clone))
+            .collect()
     }
 
-    /// The worker's message: gradients, then buffers.
+    /// The worker's message.
     fn gradient_message(&self) -> Result<Vec<f32>> {
-        let mut all = self.grads();
-        all.extend(self.buffers.iter().map(Tensor::shallow_clone));
-        flatten(&all)
+        flatten(&self.gradient_parts())
     }
 
     /// The server's side of [`Layout::gradient_message`].
     fn apply_gradient_message(&self, flat: &[f32]) -> Result<()> {
-        let mut all = self.grads();
-        all.extend(self.buffers.iter().map(Tensor::shallow_clone));
-        unflatten(flat, &all)
+        unflatten(flat, &self.gradient_parts())
     }
 }
 
@@ -391,7 +391,6 @@ impl<'w> Trainer<'w> {
             gradients += 1;
             samples += n;
         }
-        let elapsed = started.elapsed().as_secs_f64();
         Ok(Summary {
             steps: gradients,
             last_eval: None,
@@ -404,11 +403,7 @@ impl<'w> Trainer<'w> {
                 .join(crate::checkpoint::JSON_NAME),
             loss_scaler: None,
             staleness: BTreeMap::new(),
-            samples_per_s: if elapsed > 0.0 {
-                samples as f64 / elapsed
-            } else {
-                0.0
-            },
+            samples_per_s: super::per_second(samples, started.elapsed().as_secs_f64()),
         })
     }
 
