@@ -124,10 +124,8 @@ fn half_tolerance<H: Half>(p: usize) -> f64 {
 /// A row's algorithm: its name, the algorithm, and the simulated node size it runs with.
 type Case = (String, Algorithm, Option<usize>);
 
-/// Runs the plan on every rank (collective); every rank returns the same outcomes (errors are
-/// maxed and hashes gathered across ranks).
-pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
-    let (p, rank) = (world.size(), world.rank());
+/// The algorithms `plan` names on `p` ranks, hierarchical once more per simulated node size.
+fn cases(plan: &Plan, p: usize) -> Vec<Case> {
     let mut cases: Vec<Case> = Vec::new();
     for &algo in &plan.algos {
         let name = match algo {
@@ -151,6 +149,14 @@ pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
             }
         }
     }
+    cases
+}
+
+/// Runs the plan on every rank (collective); every rank returns the same outcomes (errors are
+/// maxed and hashes gathered across ranks).
+pub fn run(world: &mut World, plan: &Plan) -> Result<Vec<Outcome>> {
+    let (p, rank) = (world.size(), world.rank());
+    let cases = cases(plan, p);
     world.set_torus_shape(plan.torus_shape)?;
 
     // Rows: every case in f32, then in each 16-bit format; the payload all-reduce in each
