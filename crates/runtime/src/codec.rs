@@ -55,20 +55,8 @@ pub fn sample_bucket(rows: u32, cols: u32, step: u64, seed: u64) -> (Meta, Vec<f
         round: 0,
         len,
         tensors: vec![
-            TensorSlice {
-                name: "layer.weight".into(),
-                shape: vec![rows, cols],
-                tensor_offset: 0,
-                bucket_offset: 0,
-                len: w,
-            },
-            TensorSlice {
-                name: "layer.bias".into(),
-                shape: vec![cols],
-                tensor_offset: 0,
-                bucket_offset: w,
-                len: cols,
-            },
+            TensorSlice::whole("layer.weight", &[rows, cols], 0),
+            TensorSlice::whole("layer.bias", &[cols], w),
         ],
         shared_seed: shared,
         rank_seed: mix(shared ^ 1),

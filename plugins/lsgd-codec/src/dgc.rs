@@ -225,17 +225,13 @@ mod tests {
     /// A bucket of two tensors: a 4×8 weight whose magnitudes rise with the index and a bias
     /// of 4 small values.
     fn two_tensors(step: u64) -> (Meta, Vec<f32>) {
-        let slice = |name: &str, shape: Vec<u32>, at: u32, len: u32| TensorSlice {
-            name: name.into(),
-            shape,
-            tensor_offset: 0,
-            bucket_offset: at,
-            len,
-        };
         let meta = Meta {
             step,
             len: 36,
-            tensors: vec![slice("w", vec![4, 8], 0, 32), slice("b", vec![4], 32, 4)],
+            tensors: vec![
+                TensorSlice::whole("w", &[4, 8], 0),
+                TensorSlice::whole("b", &[4], 32),
+            ],
             ..Meta::default()
         };
         let mut data: Vec<f32> = (0..32)

@@ -170,16 +170,12 @@ mod tests {
     use crate::{TensorSlice, dynamic, round_trip};
 
     fn two_tensors() -> Meta {
-        let slice = |name: &str, shape: Vec<u32>, at: u32, len: u32| TensorSlice {
-            name: name.into(),
-            shape,
-            tensor_offset: 0,
-            bucket_offset: at,
-            len,
-        };
         Meta {
             len: 13,
-            tensors: vec![slice("w", vec![2, 5], 0, 10), slice("b", vec![3], 10, 3)],
+            tensors: vec![
+                TensorSlice::whole("w", &[2, 5], 0),
+                TensorSlice::whole("b", &[3], 10),
+            ],
             ..Meta::flat("x", 13, 0, 1)
         }
     }

@@ -53,6 +53,17 @@ pub struct TensorSlice {
 }
 
 impl TensorSlice {
+    /// A whole tensor of `shape` named `name`, at `bucket_offset` in its bucket.
+    pub fn whole(name: &str, shape: &[u32], bucket_offset: u32) -> TensorSlice {
+        TensorSlice {
+            name: name.to_owned(),
+            shape: shape.to_vec(),
+            tensor_offset: 0,
+            bucket_offset,
+            len: shape.iter().product(),
+        }
+    }
+
     /// Row length prod(shape[1..]) (1 for a vector or scalar): the slice is `len / cols` whole
     /// rows of the tensor viewed as a matrix.
     pub fn cols(&self) -> u32 {
@@ -92,13 +103,7 @@ impl Meta {
             step,
             round: 0,
             len,
-            tensors: vec![TensorSlice {
-                name: name.to_owned(),
-                shape: vec![len],
-                tensor_offset: 0,
-                bucket_offset: 0,
-                len,
-            }],
+            tensors: vec![TensorSlice::whole(name, &[len], 0)],
             shared_seed: seed,
             rank_seed: seed ^ 0x9e37_79b9_7f4a_7c15,
         }

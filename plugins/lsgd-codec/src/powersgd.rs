@@ -409,22 +409,12 @@ mod tests {
         PowerSgd::configure(&Params::resolve(&PowerSgd::info().params, given)?)
     }
 
-    fn slice(name: &str, shape: &[u32], at: u32) -> TensorSlice {
-        TensorSlice {
-            name: name.into(),
-            shape: shape.to_vec(),
-            tensor_offset: 0,
-            bucket_offset: at,
-            len: shape.iter().product(),
-        }
-    }
-
     /// A bucket of the given tensors, back to back.
     fn bucket(shapes: &[(&str, &[u32])]) -> Meta {
         let mut at = 0;
         let mut tensors = Vec::new();
         for (name, shape) in shapes {
-            let t = slice(name, shape, at);
+            let t = TensorSlice::whole(name, shape, at);
             at += t.len;
             tensors.push(t);
         }
