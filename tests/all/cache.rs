@@ -1,7 +1,8 @@
 //! The compiled-component cache: a second load is a deserialisation, a damaged entry is
-//! recompiled, and no cache at all still works.
+//! recompiled, and no cache at all still works; codecs and policies are compiled by engines
+//! that differ in NaN canonicalisation, each with its own cache entries.
 
-use lsgd_host::plugin::{Cache, Limits, Origin, Runtime};
+use lsgd_host::plugin::{Cache, EngineOptions, Limits, Origin, Runtime};
 
 use crate::common::*;
 
@@ -42,4 +43,44 @@ fn no_cache_compiles_every_time() {
         let p = rt.load(&plugin_path("constant"), None).unwrap();
         assert!(matches!(p.facts().origin, Origin::Compiled(_)));
     }
+}
+
+#[test]
+fn codecs_compile_without_canonical_nans_unless_asked() {
+    let dir = scratch("cache-nans");
+    let rt = Runtime::new(Cache::new(Some(dir.clone())), Limits::default()).unwrap();
+    let codec = rt.load(&plugin_path("codec-int8"), None).unwrap();
+    assert!(!codec.facts().canonical_nans);
+    // A codec in C (another toolchain, another component layout) is recognised the same way.
+    assert!(
+        !rt.load(&plugin_path("codec-int8-c"), None)
+            .unwrap()
+            .facts()
+            .canonical_nans
+    );
+    for policy in ["warmup", "lars", "warmup-c"] {
+        let p = rt.load(&plugin_path(policy), None).unwrap();
+        assert!(p.facts().canonical_nans, "{policy}");
+    }
+    let canonical = Runtime::with_options(
+        Cache::new(Some(dir.clone())),
+        Limits::default(),
+        EngineOptions {
+            canonical_codec_nans: true,
+            ..EngineOptions::default()
+        },
+    )
+    .unwrap();
+    let codec = canonical.load(&plugin_path("codec-int8"), None).unwrap();
+    assert!(codec.facts().canonical_nans);
+    // Compiled again, not the other engine's code from the cache.
+    assert!(matches!(codec.facts().origin, Origin::Compiled(_)));
+    assert!(matches!(
+        canonical
+            .load(&plugin_path("warmup"), None)
+            .unwrap()
+            .facts()
+            .origin,
+        Origin::Cached(_)
+    ));
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
-use crate::plugin::{Cache, Limits, PolicyKind, Runtime};
+use crate::plugin::{Cache, EngineOptions, Limits, PolicyKind, Runtime};
 use crate::policy::{Bounds, Clock, PolicySet, RunShape};
 use crate::trace::{Inputs, Norms, parse_series, read_input};
 
@@ -86,6 +86,10 @@ pub struct LimitArgs {
     /// Largest global batch a batch-size policy may return.
     #[arg(long, default_value_t = Bounds::default().max_batch)]
     pub max_batch: u32,
+    /// Compile codec plugins with canonical NaNs, as policies always are: for ranks on CPUs of
+    /// different architectures (NaN bit patterns differ between x86 and Arm). Slower codecs.
+    #[arg(long)]
+    pub codec_canonical_nans: bool,
 }
 
 impl LimitArgs {
@@ -99,7 +103,11 @@ impl LimitArgs {
             deadline_ms: self.plugin_deadline_ms,
             ..Limits::default()
         };
-        Ok(Runtime::new(Cache::from_env(), limits)?)
+        let options = EngineOptions {
+            canonical_codec_nans: self.codec_canonical_nans,
+            ..EngineOptions::default()
+        };
+        Ok(Runtime::with_options(Cache::from_env(), limits, options)?)
     }
 
     /// The output bounds.

@@ -39,6 +39,7 @@ struct Report {
     imports: Vec<String>,
     compile_ms: f64,
     cached_load_ms: Option<f64>,
+    canonical_nans: bool,
 }
 
 #[derive(Serialize)]
@@ -58,7 +59,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
     // Always time a fresh compilation, whatever the cache holds.
     let bytes = std::fs::read(&path)?;
     let start = Instant::now();
-    Component::new(runtime.engine(), &bytes).map_err(lsgd_runtime::Error::from)?;
+    Component::new(runtime.engine_of(plugin.kind()), &bytes).map_err(lsgd_runtime::Error::from)?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
     let cached_load_ms = match runtime.load(&path, None)?.facts().origin {
         Origin::Cached(d) => Some(d.as_secs_f64() * 1e3),
@@ -92,6 +93,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         imports: plugin.facts().imports.clone(),
         compile_ms,
         cached_load_ms,
+        canonical_nans: plugin.facts().canonical_nans,
     };
     if args.format == Some(Format::Json) {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -117,9 +119,20 @@ fn print_text(r: &Report) {
     } else {
         println!("state:       none (outputs depend on parameters and train-state only)");
     }
+    let nans = if r.canonical_nans {
+        "canonical NaNs"
+    } else {
+        "native NaNs (--codec-canonical-nans for canonical)"
+    };
     match r.cached_load_ms {
-        Some(c) => println!("compile:     {:.1} ms; from cache {c:.2} ms", r.compile_ms),
-        None => println!("compile:     {:.1} ms (cache disabled)", r.compile_ms),
+        Some(c) => println!(
+            "compile:     {:.1} ms; from cache {c:.2} ms; {nans}",
+            r.compile_ms
+        ),
+        None => println!(
+            "compile:     {:.1} ms (cache disabled); {nans}",
+            r.compile_ms
+        ),
     }
     if r.imports.is_empty() {
         println!("imports:     none");

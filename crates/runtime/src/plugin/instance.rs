@@ -38,6 +38,9 @@ pub struct Facts {
     /// blake3 of the component bytes, hex: the plugin's identity in checkpoints and
     /// consistency checks, independent of its file name.
     pub blake3: String,
+    /// Whether its code was compiled with canonical NaNs (policies always; codecs with
+    /// `--codec-canonical-nans`).
+    pub canonical_nans: bool,
 }
 
 /// A loaded, sandboxed policy plugin.

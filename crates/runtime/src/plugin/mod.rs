@@ -39,6 +39,6 @@ pub use cache::{Cache, Origin};
 pub use contract::{Contract, PolicyKind, Version};
 pub use error::{Fault, PluginError};
 pub use instance::Plugin;
-pub use runtime::Runtime;
+pub use runtime::{EngineOptions, Runtime};
 pub use sandbox::Limits;
 pub use types::Output;
