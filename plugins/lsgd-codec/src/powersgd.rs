@@ -323,23 +323,21 @@ fn norm(c: &[f64]) -> f64 {
 /// Σ a[i]·b[i] in eight binary32 lanes combined in a fixed order: vectorisable without
 /// reassociation, and the same bits in every build.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let (mut ca, mut cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let l = lanes(&mut ca, &mut cb);
+    let whole = a.len().min(b.len()) / 8 * 8;
+    let l = lanes(&a[..whole], &b[..whole]);
     let mut s = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+    for (x, y) in a[whole..].iter().zip(&b[whole..]) {
         s += x * y;
     }
     s
 }
 
-/// Lane l: Σ over the groups of x[l]·y[l], in group order.
+/// Lane l: Σ over the groups of 8 floats of x[l]·y[l], in group order (`x` and `y` hold
+/// whole groups).
 #[cfg(not(target_arch = "wasm32"))]
-fn lanes(
-    ca: &mut core::slice::ChunksExact<f32>,
-    cb: &mut core::slice::ChunksExact<f32>,
-) -> [f32; 8] {
+fn lanes(x: &[f32], y: &[f32]) -> [f32; 8] {
     let mut lanes = [0f32; 8];
-    for (x, y) in ca.zip(cb) {
+    for (x, y) in x.chunks_exact(8).zip(y.chunks_exact(8)) {
         for l in 0..8 {
             lanes[l] += x[l] * y[l];
         }
@@ -348,21 +346,37 @@ fn lanes(
 }
 
 /// Lane l: Σ over the groups of x[l]·y[l], in group order (wasm simd128: lanes 0–3 in one
-/// vector, 4–7 in the other).
+/// vector, 4–7 in the other). Four groups a loop iteration: the sums keep their order, and
+/// the engine's deadline check at each loop header runs a quarter as often.
 #[cfg(target_arch = "wasm32")]
-fn lanes(
-    ca: &mut core::slice::ChunksExact<f32>,
-    cb: &mut core::slice::ChunksExact<f32>,
-) -> [f32; 8] {
+fn lanes(x: &[f32], y: &[f32]) -> [f32; 8] {
     use core::arch::wasm32::*;
     let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
-    for (x, y) in ca.zip(cb) {
-        let (px, py) = (x.as_ptr() as *const v128, y.as_ptr() as *const v128);
-        // SAFETY: each group holds 8 floats = 2 v128; wasm loads need no alignment.
-        unsafe {
-            lo = f32x4_add(lo, f32x4_mul(v128_load(px), v128_load(py)));
-            hi = f32x4_add(hi, f32x4_mul(v128_load(px.add(1)), v128_load(py.add(1))));
-        }
+    let n = x.len().min(y.len()) / 8;
+    let (px, py) = (x.as_ptr() as *const v128, y.as_ptr() as *const v128);
+    // SAFETY: group g is the v128s 2g and 2g + 1 of both slices, and g < n; wasm loads need no
+    // alignment.
+    let mut group = |g: usize| unsafe {
+        lo = f32x4_add(
+            lo,
+            f32x4_mul(v128_load(px.add(2 * g)), v128_load(py.add(2 * g))),
+        );
+        hi = f32x4_add(
+            hi,
+            f32x4_mul(v128_load(px.add(2 * g + 1)), v128_load(py.add(2 * g + 1))),
+        );
+    };
+    let mut g = 0;
+    while g + 4 <= n {
+        group(g);
+        group(g + 1);
+        group(g + 2);
+        group(g + 3);
+        g += 4;
+    }
+    while g < n {
+        group(g);
+        g += 1;
     }
     [
         f32x4_extract_lane::<0>(lo),
@@ -384,11 +398,17 @@ fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     let done = {
         use core::arch::wasm32::*;
         let av = f32x4_splat(a);
-        let whole = n / 4 * 4;
-        for (yc, xc) in y[..whole].chunks_exact_mut(4).zip(x.chunks_exact(4)) {
+        let whole = n / 16 * 16;
+        // Four vectors a loop iteration, for the same reason as in `lanes`.
+        for (yc, xc) in y[..whole].chunks_exact_mut(16).zip(x.chunks_exact(16)) {
             let (py, px) = (yc.as_mut_ptr() as *mut v128, xc.as_ptr() as *const v128);
-            // SAFETY: both chunks hold 4 floats = 1 v128; wasm memory needs no alignment.
-            unsafe { v128_store(py, f32x4_add(v128_load(py), f32x4_mul(av, v128_load(px)))) };
+            for k in 0..4 {
+                // SAFETY: both chunks hold 16 floats = 4 v128; wasm memory needs no alignment.
+                unsafe {
+                    let (py, px) = (py.add(k), px.add(k));
+                    v128_store(py, f32x4_add(v128_load(py), f32x4_mul(av, v128_load(px))));
+                }
+            }
         }
         whole
     };
