@@ -47,6 +47,16 @@ def mlp(classes):
                          nn.Linear(256, classes))
 
 
+def load(data_dir, model):
+    """The standardised training images, their labels and a fresh `model` ("cnn" or "mlp")."""
+    x = read_idx(find(data_dir, "train-images-idx3-ubyte")).float().div_(255).unsqueeze(1)
+    y = read_idx(find(data_dir, "train-labels-idx1-ubyte")).long()
+    x = (x - x.mean()) / x.std()
+    net = (cnn if model == "cnn" else mlp)(int(y.max()) + 1)
+    net.train()
+    return x, y, net
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -63,11 +73,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
 
-    x = read_idx(find(a.data, "train-images-idx3-ubyte")).float().div_(255).unsqueeze(1)
-    y = read_idx(find(a.data, "train-labels-idx1-ubyte")).long()
-    x = (x - x.mean()) / x.std()
-    model = (cnn if a.model == "cnn" else mlp)(int(y.max()) + 1)
-    model.train()
+    x, y, model = load(a.data, a.model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=1e-4)
     # torch.amp as lsgd-host's --precision: autocast of the forward, fp32 loss, fp32 master
     # weights; fp16 with GradScaler's dynamic loss scaling.

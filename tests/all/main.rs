@@ -3,6 +3,7 @@
 //! test command does it).
 
 mod asynchronous;
+mod bench_ddp;
 mod cache;
 mod cli;
 mod codecs;

@@ -18,6 +18,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use super::policies::native_twin;
+use super::{TimedSteps as Timed, timed_steps};
 use crate::collective::Algorithm;
 use crate::model::{Arch, ModelSpec};
 use crate::optim::SgdConfig;
@@ -25,7 +26,6 @@ use crate::plugin::{PolicyKind, Runtime};
 use crate::policy::{Bounds, PolicySet};
 use crate::precision::{MixedPrecision, Precision};
 use crate::train::config::Mode;
-use crate::train::metrics::{self, Record};
 use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
 
 /// The PyTorch script, embedded so the benchmark works from an installed binary.
@@ -297,38 +297,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Throughput and per-step times of one training run.
-struct Timed {
-    samples_per_s: f64,
-    step_s: f64,
-    policy_s: f64,
-}
-
 /// Trains as `config` says and reads back the timed steps (those from `warmup` on).
 fn timed_run(config: &TrainConfig, policies: PolicySet, warmup: u64) -> Result<Timed> {
     let _ = std::fs::remove_dir_all(&config.invocation.out);
     train::run(config, policies, None, Reporting { quiet: true })?;
-    let steps: Vec<_> = metrics::read(&config.invocation.out.join("metrics.jsonl"))?
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Step(s) if s.step >= warmup => Some(s),
-            _ => None,
-        })
-        .collect();
-    if steps.is_empty() {
-        bail!("no timed steps: raise --steps");
-    }
-    let n = steps.len() as f64;
-    let wall: f64 = steps
-        .iter()
-        .map(|s| f64::from(s.global_batch) / s.samples_per_s)
-        .sum();
-    let samples: f64 = steps.iter().map(|s| f64::from(s.global_batch)).sum();
-    Ok(Timed {
-        samples_per_s: samples / wall,
-        step_s: wall / n,
-        policy_s: steps.iter().map(|s| s.policy_s).sum::<f64>() / n,
-    })
+    timed_steps(&config.invocation.out.join("metrics.jsonl"), warmup)
 }
 
 fn pytorch(setup: &Setup, precision: Precision) -> Result<(f64, String)> {

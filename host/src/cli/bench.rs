@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 
 use super::args::LimitArgs;
 use super::trace::Format;
-use crate::bench::{allreduce, codecs, languages, policies, train};
+use crate::bench::{allreduce, codecs, ddp, languages, policies, train};
 use crate::model::Arch;
 use crate::precision::Precision;
 
@@ -69,6 +69,47 @@ enum BenchCommand {
         format: Option<Format>,
         #[command(flatten)]
         limits: LimitArgs,
+    },
+    /// `mpirun -np N lsgd-host run` vs the same job in PyTorch DistributedDataParallel (gloo)
+    /// under torchrun (samples/s ratio), and each side's communication time per step.
+    Ddp {
+        /// Network (the PyTorch script mirrors `cnn` and `mlp`).
+        #[arg(long, value_enum, default_value_t = Arch::Cnn)]
+        model: Arch,
+        /// Global batch, split evenly across the ranks.
+        #[arg(long, default_value_t = 256)]
+        global_batch: u32,
+        /// libtorch threads per rank on both sides.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Ranks on both sides.
+        #[arg(long, default_value_t = 2)]
+        np: usize,
+        /// Timed steps.
+        #[arg(long, default_value_t = 40)]
+        steps: u64,
+        /// Untimed steps first.
+        #[arg(long, default_value_t = 5)]
+        warmup_steps: u64,
+        /// Rounds of (lsgd-host, PyTorch), alternated; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// IDX directory.
+        #[arg(long, default_value = crate::data::DEFAULT_DIR)]
+        data: PathBuf,
+        /// Python with torch importable (default: the project venv's).
+        #[arg(long)]
+        python: Option<PathBuf>,
+        /// lsgd-host's gradient all-reduce algorithm.
+        #[arg(long, value_enum, default_value_t = crate::collective::Algorithm::Mpi)]
+        allreduce: crate::collective::Algorithm,
+        /// Gradient bucket cap of both sides, MiB (`run --bucket-mb`'s default; DDP's
+        /// bucket_cap_mb).
+        #[arg(long, default_value_t = 25.0, value_name = "MIB")]
+        bucket_mb: f64,
+        /// `json` prints the measurements as JSON.
+        #[arg(long, value_enum)]
+        format: Option<Format>,
     },
     /// Encode+decode GB/s of each codec plugin vs the same code compiled natively, and the
     /// compression ratio, on 1M- and 16M-float buckets.
@@ -182,6 +223,40 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 train::print(&setup, &report, std::io::stdout().lock())?;
+            }
+        }
+        BenchCommand::Ddp {
+            model,
+            global_batch,
+            threads,
+            np,
+            steps,
+            warmup_steps,
+            rounds,
+            data,
+            python,
+            allreduce,
+            bucket_mb,
+            format,
+        } => {
+            let setup = ddp::Setup {
+                model,
+                batch: global_batch,
+                threads,
+                np,
+                steps,
+                warmup: warmup_steps,
+                rounds,
+                data,
+                python: python.unwrap_or_else(default_python),
+                allreduce,
+                bucket_mb,
+            };
+            let report = ddp::run(&setup)?;
+            if format == Some(Format::Json) {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                ddp::print(&setup, &report, std::io::stdout().lock())?;
             }
         }
         BenchCommand::Codecs {
