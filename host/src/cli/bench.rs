@@ -161,38 +161,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             rounds,
             format,
             limits,
-        } => {
-            let by_language = plugins.is_empty();
-            let plugins = if by_language {
-                policies::REFERENCE_PLUGINS
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect()
-            } else {
-                plugins
-            };
-            let runtime = limits.runtime()?;
-            let mut rows = policies::run(&runtime, &plugins, rounds)?;
-            let languages = if by_language {
-                languages::run(&runtime, &rows, rounds)?
-            } else {
-                Vec::new()
-            };
-            if format == Some(Format::Json) {
-                // One list of measurements: the language rows not already in it are appended.
-                for m in languages.iter().filter_map(|l| l.measurement.as_ref()) {
-                    if !rows.iter().any(|r| r.plugin == m.plugin) {
-                        rows.push(m.clone());
-                    }
-                }
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                policies::print_table(&rows, std::io::stdout().lock())?;
-                if !languages.is_empty() {
-                    languages::print_table(&languages, std::io::stdout().lock())?;
-                }
-            }
-        }
+        } => bench_policies(plugins, rounds, format, &limits),
         BenchCommand::Train {
             model,
             global_batch,
@@ -219,11 +188,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 precision,
             };
             let report = train::run(&setup, &limits.runtime()?)?;
-            if format == Some(Format::Json) {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                train::print(&setup, &report, std::io::stdout().lock())?;
-            }
+            emit(format, &report, |out| train::print(&setup, &report, out))
         }
         BenchCommand::Ddp {
             model,
@@ -253,11 +218,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 bucket_mb,
             };
             let report = ddp::run(&setup)?;
-            if format == Some(Format::Json) {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                ddp::print(&setup, &report, std::io::stdout().lock())?;
-            }
+            emit(format, &report, |out| ddp::print(&setup, &report, out))
         }
         BenchCommand::Codecs {
             codecs: names,
@@ -265,32 +226,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             rounds,
             format,
             limits,
-        } => {
-            let names: Vec<String> = if names.is_empty() {
-                codecs::REFERENCE_CODECS
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect()
-            } else {
-                names
-            };
-            // A 16M-float bucket is 64 MiB in and out of the instance, and takes far longer
-            // than a training bucket: the default limits are for 1M-float buckets.
-            let runtime = crate::plugin::Runtime::new(
-                crate::plugin::Cache::from_env(),
-                crate::plugin::Limits {
-                    memory_bytes: limits.plugin_memory_mb.max(1024) << 20,
-                    deadline_ms: limits.plugin_deadline_ms.max(1000),
-                    ..crate::plugin::Limits::default()
-                },
-            )?;
-            let rows = codecs::run(&runtime, &names, &sizes, rounds)?;
-            if format == Some(Format::Json) {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                codecs::print_table(&rows, std::io::stdout().lock())?;
-            }
-        }
+        } => bench_codecs(names, &sizes, rounds, format, limits),
         BenchCommand::Allreduce {
             algo,
             sizes,
@@ -309,16 +245,97 @@ pub fn run(args: BenchArgs) -> Result<()> {
             };
             let rows = allreduce::run(&mut world, &setup)?;
             // Every rank holds the same rows; rank 0 alone prints them.
-            if world.is_root() {
-                if format == Some(Format::Json) {
-                    println!("{}", serde_json::to_string_pretty(&rows)?);
-                } else {
-                    allreduce::print_table(&world, &rows, std::io::stdout().lock())?;
-                }
+            if !world.is_root() {
+                return Ok(());
+            }
+            emit(format, &rows, |out| {
+                allreduce::print_table(&world, &rows, out)
+            })
+        }
+    }
+}
+
+/// Prints `value` as JSON with `--format json`, else as `table` prints it.
+fn emit<T: serde::Serialize, E: Into<anyhow::Error>>(
+    format: Option<Format>,
+    value: &T,
+    table: impl FnOnce(std::io::StdoutLock<'static>) -> std::result::Result<(), E>,
+) -> Result<()> {
+    if format == Some(Format::Json) {
+        println!("{}", serde_json::to_string_pretty(value)?);
+        Ok(())
+    } else {
+        table(std::io::stdout().lock()).map_err(Into::into)
+    }
+}
+
+/// `bench policies`: the given plugins, or every reference plugin and the warmup schedule in
+/// each guest language.
+fn bench_policies(
+    plugins: Vec<String>,
+    rounds: usize,
+    format: Option<Format>,
+    limits: &LimitArgs,
+) -> Result<()> {
+    let by_language = plugins.is_empty();
+    let plugins = if by_language {
+        policies::REFERENCE_PLUGINS
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    } else {
+        plugins
+    };
+    let runtime = limits.runtime()?;
+    let mut rows = policies::run(&runtime, &plugins, rounds)?;
+    let languages = if by_language {
+        languages::run(&runtime, &rows, rounds)?
+    } else {
+        Vec::new()
+    };
+    if format == Some(Format::Json) {
+        // One list of measurements: the language rows not already in it are appended.
+        for m in languages.iter().filter_map(|l| l.measurement.as_ref()) {
+            if !rows.iter().any(|r| r.plugin == m.plugin) {
+                rows.push(m.clone());
             }
         }
     }
-    Ok(())
+    emit(format, &rows, |mut out| {
+        policies::print_table(&rows, &mut out)?;
+        if !languages.is_empty() {
+            languages::print_table(&languages, &mut out)?;
+        }
+        std::io::Result::Ok(())
+    })
+}
+
+/// `bench codecs`: the given codecs, or every reference codec.
+fn bench_codecs(
+    names: Vec<String>,
+    sizes: &[usize],
+    rounds: usize,
+    format: Option<Format>,
+    limits: LimitArgs,
+) -> Result<()> {
+    let names: Vec<String> = if names.is_empty() {
+        codecs::REFERENCE_CODECS
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    } else {
+        names
+    };
+    // A 16M-float bucket is 64 MiB in and out of the instance, and takes far longer than a
+    // training bucket: the default limits are for 1M-float buckets. The other settings
+    // (--codec-canonical-nans) are the user's.
+    let limits = LimitArgs {
+        plugin_memory_mb: limits.plugin_memory_mb.max(1024),
+        plugin_deadline_ms: limits.plugin_deadline_ms.max(1000),
+        ..limits
+    };
+    let rows = codecs::run(&limits.runtime()?, &names, sizes, rounds)?;
+    emit(format, &rows, |out| codecs::print_table(&rows, out))
 }
 
 /// `$LSGD_VENV/bin/python`, else the venv `scripts/setup.sh` creates.
