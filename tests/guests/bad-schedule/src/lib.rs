@@ -19,6 +19,8 @@ enum Mode {
     Clock,
     Env,
     File,
+    Recurse,
+    Leak,
 }
 
 /// The misbehaving schedule.
@@ -26,6 +28,8 @@ struct BadSchedule {
     mode: Mode,
     /// Behave (return 0.1) before this step, so a fault can strike mid-training.
     from_step: u64,
+    /// Behave again from this step on, so a run can recover from a burst of faults.
+    until_step: u64,
 }
 
 impl Policy for BadSchedule {
@@ -38,16 +42,23 @@ impl Policy for BadSchedule {
                     "mode",
                     &[
                         "ok", "trap", "loop", "grow", "nan", "negative", "infinite", "reject",
-                        "clock", "env", "file",
+                        "clock", "env", "file", "recurse", "leak",
                     ],
                     "misbehaviour: ok (0.1), trap, loop, grow, nan, negative, infinite, reject \
-                 (configure fails); sandbox probes: clock (wall-clock seconds), env (number of \
-                 environment variables and arguments), file (1 if /etc/hostname is readable)",
+                 (configure fails), recurse (unbounded recursion: stack overflow), leak (keeps \
+                 64 KiB more at every call, returns 0.1 until the memory cap stops it); sandbox \
+                 probes: clock (wall-clock seconds), env (number of environment variables and \
+                 arguments), file (1 if /etc/hostname is readable)",
                 ),
                 ParamSpec::integer(
                     "from_step",
                     0,
                     "misbehave from this step on; return 0.1 before it",
+                ),
+                ParamSpec::integer(
+                    "until_step",
+                    -1,
+                    "return 0.1 again from this step on (-1: never)",
                 ),
             ],
         )
@@ -65,18 +76,25 @@ impl Policy for BadSchedule {
             "clock" => Mode::Clock,
             "env" => Mode::Env,
             "file" => Mode::File,
+            "recurse" => Mode::Recurse,
+            "leak" => Mode::Leak,
             "reject" => return Err("bad-schedule rejects its parameters".to_owned()),
             other => return Err(format!("mode must be a listed word, got '{other}'")),
         };
         let from_step = u64::try_from(p.integer("from_step")?)
             .map_err(|_| "from_step must be >= 0".to_owned())?;
-        Ok(BadSchedule { mode, from_step })
+        let until_step = u64::try_from(p.integer("until_step")?).unwrap_or(u64::MAX);
+        Ok(BadSchedule {
+            mode,
+            from_step,
+            until_step,
+        })
     }
 }
 
 impl Schedule for BadSchedule {
     fn learning_rate(&self, s: &State) -> f64 {
-        if s.step < self.from_step {
+        if s.step < self.from_step || s.step >= self.until_step {
             return 0.1;
         }
         match self.mode {
@@ -92,6 +110,11 @@ impl Schedule for BadSchedule {
                 .map_or(-1.0, |d| d.as_secs_f64()),
             Mode::Env => (std::env::vars_os().count() + std::env::args_os().count()) as f64,
             Mode::File => f64::from(u8::from(std::fs::read("/etc/hostname").is_ok())),
+            Mode::Recurse => descend(black_box(1)),
+            Mode::Leak => {
+                LEAKED.with_borrow_mut(|l| l.push(black_box(vec![0x5Au8; 64 << 10])));
+                0.1
+            }
         }
     }
 }
@@ -102,6 +125,21 @@ fn spin() -> ! {
     loop {
         n = black_box(n.wrapping_add(1));
     }
+}
+
+thread_local! {
+    /// What `leak` keeps across calls: the instance's memory only grows.
+    static LEAKED: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Recurses without end; the frame's array and black_box keep it from becoming a loop.
+fn descend(depth: u64) -> f64 {
+    let frame = black_box([depth; 16]);
+    // Never true at runtime; it only makes the recursion conditional for the compiler.
+    if black_box(depth) == 0 {
+        return 0.0;
+    }
+    descend(black_box(frame[depth as usize % 16] + 1)) + 1.0
 }
 
 /// Allocates and writes 1 MiB chunks until the allocator fails, which the host's memory cap
