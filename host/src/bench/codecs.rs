@@ -8,12 +8,15 @@
 //! includes what the sandbox costs, copying the bucket into the instance and the payload and
 //! reconstruction out. Rounds alternate between the sides and the median is reported.
 //!
-//! Three more figures come from the same rounds: the plugin compiled with canonical NaNs (as
-//! policies are, and codecs with `--codec-canonical-nans`), compiled without the epoch checks
-//! that enforce the call deadline (what the deadline costs), and the ceiling the canonical ABI's
-//! copies put on the ratio: each round trip copies the bucket in, the payload out, the payload
-//! in and the reconstruction out, so even a guest as fast as native code cannot beat
-//! native / (native + those copies), timed here as host memcpy into mapped buffers.
+//! More figures come from the same rounds: the plugin compiled with canonical NaNs (as
+//! policies are, and codecs with `--codec-canonical-nans`); compiled with fuel and epoch
+//! checks (the deterministic budget and its wall-clock backstop), with epoch checks only, and
+//! with neither, which together say what bounding a call costs; the most fuel a call used per
+//! float it handled, which `--codec-fuel-per-float`'s default is chosen from; and the ceiling
+//! the canonical ABI's copies put on the ratio: each round trip copies the bucket in, the
+//! payload out, the payload in and the reconstruction out, so even a guest as fast as native
+//! code cannot beat native / (native + those copies), timed here as host memcpy into mapped
+//! buffers.
 
 use std::io::Write;
 use std::time::Instant;
@@ -22,7 +25,9 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::codec::{native_round_trip, round_trip, sample_bucket};
-use crate::plugin::{EngineOptions, Runtime};
+use crate::plugin::runtime::Metering;
+use crate::plugin::{EngineOptions, Plugin, PluginError, Runtime};
+use lsgd_codec::Meta;
 
 /// The reference codecs: plugin file `codec-<name>`, describe() name `<name>`.
 pub const REFERENCE_CODECS: [&str; 14] = lsgd_codec::NAMES;
@@ -58,8 +63,15 @@ pub struct Measurement {
     pub ratio: f64,
     /// The same ratio with the plugin compiled with canonical NaNs.
     pub canonical_nan_ratio: f64,
-    /// The same ratio with the plugin compiled without deadline checks.
-    pub no_deadline_ratio: f64,
+    /// The same ratio with the plugin compiled with fuel and epoch checks.
+    pub fuel_ratio: f64,
+    /// The same ratio with the plugin compiled with epoch checks only.
+    pub epoch_only_ratio: f64,
+    /// The same ratio with the plugin compiled with neither.
+    pub unmetered_ratio: f64,
+    /// The most fuel an encode or decode call used per float it handled (bucket plus input
+    /// payloads), over and above nothing: the base is not subtracted.
+    pub fuel_per_float: f64,
     /// The best ratio the boundary's copies allow: native time over native time plus the
     /// time of copying the bucket twice and the payload twice.
     pub copy_ceiling: f64,
@@ -97,16 +109,34 @@ pub fn run(
         canonical_codec_nans: true,
         ..runtime.options()
     })?;
-    let unchecked = variant(EngineOptions {
-        codecs_without_deadline: true,
-        ..runtime.options()
-    })?;
+    // The meterings other than the runtime's own, which the plugin as training runs it stands
+    // in for.
+    let own = runtime.options().codec_metering;
+    let meterings = [
+        Metering::FuelAndDeadline,
+        Metering::Deadline,
+        Metering::Unmetered,
+    ];
+    let metered = meterings
+        .iter()
+        .filter(|&&m| m != own)
+        .map(|&codec_metering| {
+            let options = EngineOptions {
+                codec_metering,
+                ..runtime.options()
+            };
+            Ok((codec_metering, variant(options)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut out = Vec::new();
     for name in codecs {
         let file = format!("codec-{name}");
         let mut plugin = runtime.load_configured(&file, None, &[])?;
         let mut canonical_plugin = canonical.load_configured(&file, None, &[])?;
-        let mut unchecked_plugin = unchecked.load_configured(&file, None, &[])?;
+        let mut others = metered
+            .iter()
+            .map(|(m, rt)| Ok((*m, rt.load_configured(&file, None, &[])?)))
+            .collect::<Result<Vec<_>>>()?;
         let native = lsgd_codec::native(name, Vec::new())
             .with_context(|| format!("no native build of codec `{name}`"))?
             .map_err(anyhow::Error::msg)?;
@@ -116,11 +146,17 @@ pub fn run(
             let bytes = data.len() as f64 * 4.0;
             let (wasm_payloads, _) = round_trip(&mut plugin, &meta, &data)?;
             let (canonical_payloads, _) = round_trip(&mut canonical_plugin, &meta, &data)?;
-            let (unchecked_payloads, _) = round_trip(&mut unchecked_plugin, &meta, &data)?;
+            let mut payloads = vec![wasm_payloads, canonical_payloads];
+            let mut fuel_per_float = fuel_round_trip(&mut plugin, &meta, &data)?;
+            for (_, other) in &mut others {
+                payloads.push(round_trip(other, &meta, &data)?.0);
+                fuel_per_float = fuel_per_float.max(fuel_round_trip(other, &meta, &data)?);
+            }
             let (native_payloads, _) = native_round_trip(native.as_ref(), &meta, &data)?;
             let payload_bytes = native_payloads.iter().map(Vec::len).sum::<usize>();
             let (mut t_native, mut t_wasm) = (Vec::new(), Vec::new());
-            let (mut t_canonical, mut t_unchecked) = (Vec::new(), Vec::new());
+            let mut t_canonical = Vec::new();
+            let mut t_others = vec![Vec::new(); others.len()];
             for _ in 0..rounds.max(1) {
                 let start = Instant::now();
                 std::hint::black_box(native_round_trip(native.as_ref(), &meta, &data)?);
@@ -131,11 +167,17 @@ pub fn run(
                 let start = Instant::now();
                 std::hint::black_box(round_trip(&mut canonical_plugin, &meta, &data)?);
                 t_canonical.push(start.elapsed().as_secs_f64());
-                let start = Instant::now();
-                std::hint::black_box(round_trip(&mut unchecked_plugin, &meta, &data)?);
-                t_unchecked.push(start.elapsed().as_secs_f64());
+                for ((_, other), times) in others.iter_mut().zip(&mut t_others) {
+                    let start = Instant::now();
+                    std::hint::black_box(round_trip(other, &meta, &data)?);
+                    times.push(start.elapsed().as_secs_f64());
+                }
             }
             let (native_s, wasm_s) = (median(&mut t_native), median(&mut t_wasm));
+            let ratio_of = |metering| match others.iter().position(|(m, _)| *m == metering) {
+                Some(i) => native_s / median(&mut t_others[i].clone()),
+                None => native_s / wasm_s,
+            };
             let copies_s = copy_seconds(data.len() * 4, rounds) * 2.0
                 + copy_seconds(payload_bytes, rounds) * 2.0;
             out.push(Measurement {
@@ -145,17 +187,40 @@ pub fn run(
                 wasm_gb_s: bytes / wasm_s / 1e9,
                 ratio: native_s / wasm_s,
                 canonical_nan_ratio: native_s / median(&mut t_canonical),
-                no_deadline_ratio: native_s / median(&mut t_unchecked),
+                fuel_ratio: ratio_of(Metering::FuelAndDeadline),
+                epoch_only_ratio: ratio_of(Metering::Deadline),
+                unmetered_ratio: ratio_of(Metering::Unmetered),
+                fuel_per_float,
                 copy_ceiling: native_s / (native_s + copies_s),
                 compression: bytes / payload_bytes.max(1) as f64,
                 payload_bytes,
-                same_payload: [wasm_payloads, canonical_payloads, unchecked_payloads]
-                    .iter()
-                    .all(|p| *p == native_payloads),
+                same_payload: payloads.iter().all(|p| *p == native_payloads),
             });
         }
     }
     Ok(out)
+}
+
+/// A round trip through `codec` (as [`round_trip`]) that returns the most fuel one of its
+/// calls used per float it handled; 0 when its engine does not count fuel.
+fn fuel_round_trip(codec: &mut Plugin, meta: &Meta, data: &[f32]) -> Result<f64, PluginError> {
+    let rounds = codec.properties()?.rounds.max(1);
+    let mut m = meta.clone();
+    let mut payloads: Vec<Vec<u8>> = Vec::new();
+    let mut most = 0.0f64;
+    let handled = |payloads: &[Vec<u8>], floats: usize| {
+        (floats + payloads.iter().map(Vec::len).sum::<usize>() / 4) as f64
+    };
+    for r in 0..rounds {
+        m.round = r;
+        let p = codec.encode(&m, data, &payloads)?;
+        let per_float = codec.last_fuel().unwrap_or(0) as f64 / handled(&payloads, data.len());
+        most = most.max(per_float);
+        payloads.push(p);
+    }
+    codec.decode(&m, &payloads)?;
+    let per_float = codec.last_fuel().unwrap_or(0) as f64 / handled(&payloads, data.len());
+    Ok(most.max(per_float))
 }
 
 /// The median time of copying `bytes` bytes into a buffer whose pages are already mapped, as
@@ -184,14 +249,17 @@ fn median(v: &mut [f64]) -> f64 {
 pub fn print_table(rows: &[Measurement], mut out: impl Write) -> Result<()> {
     writeln!(
         out,
-        "{:<10} {:>10} {:>12} {:>12} {:>11} {:>10} {:>12} {:>13} {:>12} {:>13}  same payload",
+        "{:<10} {:>10} {:>12} {:>12} {:>11} {:>10} {:>11} {:>11} {:>9} {:>11} {:>13} {:>12} {:>13}  same payload",
         "codec",
         "floats",
         "native GB/s",
         "wasm GB/s",
         "wasm/native",
         "canon NaN",
-        "no deadline",
+        "fuel+epoch",
+        "epoch only",
+        "neither",
+        "fuel/float",
         "copy ceiling",
         "compression",
         "payload bytes"
@@ -199,14 +267,17 @@ pub fn print_table(rows: &[Measurement], mut out: impl Write) -> Result<()> {
     for r in rows {
         writeln!(
             out,
-            "{:<10} {:>10} {:>12.2} {:>12.2} {:>10.2}x {:>9.2}x {:>11.2}x {:>12.2}x {:>11.2}x {:>13}  {}",
+            "{:<10} {:>10} {:>12.2} {:>12.2} {:>10.2}x {:>9.2}x {:>10.2}x {:>10.2}x {:>8.2}x {:>11.1} {:>12.2}x {:>11.2}x {:>13}  {}",
             r.codec,
             r.floats,
             r.native_gb_s,
             r.wasm_gb_s,
             r.ratio,
             r.canonical_nan_ratio,
-            r.no_deadline_ratio,
+            r.fuel_ratio,
+            r.epoch_only_ratio,
+            r.unmetered_ratio,
+            r.fuel_per_float,
             r.copy_ceiling,
             r.compression,
             r.payload_bytes,

@@ -2,6 +2,11 @@
 //! the same formula (the `lsgd-policy` crate the reference plugins are built from) compiled
 //! natively into the host, printed as a ratio from one run. Target: a median of <= 150 ns per
 //! call.
+//!
+//! What bounding a call costs comes from the same rounds, which alternate between the plugin
+//! as training runs it (fuel and epoch checks), compiled with epoch checks only, and compiled
+//! with neither; next to them, the most fuel one call and one setup call of the plugin used,
+//! which the default budgets are chosen from.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -11,8 +16,9 @@ use anyhow::{Context, Result};
 use lsgd_policy::{Params, State};
 use serde::Serialize;
 
-use super::{Spread, median_ns_per_item, ns_per_item};
-use crate::plugin::{Origin, Plugin, Runtime, locate::locate};
+use super::{Spread, median_ns_per_item};
+use crate::plugin::runtime::Metering;
+use crate::plugin::{EngineOptions, Origin, Plugin, Runtime, locate::locate};
 use crate::policy::{Clock, RunShape};
 
 /// The reference plugins, by file name.
@@ -40,14 +46,31 @@ pub struct Measurement {
     pub wasm_spread: Spread,
     /// Median ns per call of the native formula, when the host knows it.
     pub native_ns: Option<f64>,
+    /// Median ns per call compiled with epoch checks only (a wall-clock deadline, no fuel).
+    pub epoch_only_ns: f64,
+    /// Median ns per call compiled with neither fuel nor epoch checks.
+    pub unmetered_ns: f64,
+    /// The most fuel one call used over the run's states; `None` when the runtime's policies
+    /// are not compiled with fuel.
+    pub fuel_per_call: Option<u64>,
+    /// The most fuel one setup call (instantiation, describe, configure) used.
+    pub setup_fuel: Option<u64>,
 }
 
 /// Measures each plugin over the states of a 90-epoch Goyal-style run.
 pub fn run(runtime: &Runtime, plugins: &[String], rounds: usize) -> Result<Vec<Measurement>> {
     let states = states()?;
+    let variant = |policy_metering| {
+        let options = EngineOptions {
+            policy_metering,
+            ..runtime.options()
+        };
+        Runtime::with_options(runtime.cache().clone(), runtime.limits(), options)
+    };
+    let variants = [variant(Metering::Deadline)?, variant(Metering::Unmetered)?];
     plugins
         .iter()
-        .map(|name| measure(runtime, name, &states, rounds))
+        .map(|name| measure(runtime, &variants, name, &states, rounds))
         .collect()
 }
 
@@ -68,7 +91,31 @@ fn states() -> Result<Vec<State>> {
     Ok(states)
 }
 
-fn measure(runtime: &Runtime, name: &str, states: &[State], rounds: usize) -> Result<Measurement> {
+/// Calls `plugin` on every state; the first error ends the pass.
+fn pass(plugin: &mut Plugin, states: &[State], failure: &mut Option<crate::plugin::PluginError>) {
+    if failure.is_some() {
+        return;
+    }
+    for s in states {
+        match plugin.call(black_box(s)) {
+            Ok(out) => {
+                black_box(out);
+            }
+            Err(e) => {
+                *failure = Some(e);
+                return;
+            }
+        }
+    }
+}
+
+fn measure(
+    runtime: &Runtime,
+    variants: &[Runtime; 2],
+    name: &str,
+    states: &[State],
+    rounds: usize,
+) -> Result<Measurement> {
     let path = locate(name)?;
     // The first load fills the cache; the second measures a load from it.
     runtime.load(&path, None)?;
@@ -82,26 +129,34 @@ fn measure(runtime: &Runtime, name: &str, states: &[State], rounds: usize) -> Re
         plugin.reset()?;
     }
     let instantiate_us = start.elapsed().as_secs_f64() * 1e6 / f64::from(INSTANCES);
-    let mut failure = None;
-    let wasm_spread = ns_per_item(rounds, states.len(), || {
-        for s in states {
-            match plugin.call(black_box(s)) {
-                Ok(out) => {
-                    black_box(out);
-                }
-                Err(e) => {
-                    failure.get_or_insert(e);
-                    return;
-                }
-            }
-        }
-    });
-    if let Some(e) = failure {
-        // On a loaded machine a slow language runtime can miss the wall-clock deadline.
-        return Err(anyhow::Error::new(e).context(format!(
-            "benchmarking {name} (a longer --plugin-deadline-ms helps on a loaded machine)"
-        )));
+    let setup_fuel = plugin.setup_fuel();
+    let mut fuel_per_call = None;
+    for s in states {
+        plugin.call(s)?;
+        fuel_per_call = fuel_per_call.max(plugin.last_fuel());
     }
+    let mut others = variants
+        .iter()
+        .map(|rt| rt.load(&path, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    // One round is a pass of each build in turn, so that a machine's slow spell hits all
+    // three; the first round warms up and is not counted, as in `ns_per_item`.
+    let mut failure = None;
+    let mut times = vec![Vec::new(); others.len() + 1];
+    let items = states.len().max(1) as f64;
+    for _ in 0..=rounds.max(1) {
+        let builds = std::iter::once(&mut plugin).chain(others.iter_mut());
+        for (build, times) in builds.zip(&mut times) {
+            let start = Instant::now();
+            pass(build, states, &mut failure);
+            times.push(start.elapsed().as_nanos() as f64 / items);
+        }
+    }
+    if let Some(e) = failure {
+        return Err(anyhow::Error::new(e).context(format!("benchmarking {name}")));
+    }
+    let wasm_spread = spread(&mut times[0][1..]);
+    let [epoch_only_ns, unmetered_ns] = [1, 2].map(|i| spread(&mut times[i][1..]).p50);
     let native_ns = native_twin(&plugin)?.map(|mut f| {
         median_ns_per_item(rounds, states.len(), || {
             for s in states {
@@ -118,7 +173,27 @@ fn measure(runtime: &Runtime, name: &str, states: &[State], rounds: usize) -> Re
         wasm_ns: wasm_spread.p50,
         wasm_spread,
         native_ns,
+        epoch_only_ns,
+        unmetered_ns,
+        fuel_per_call,
+        setup_fuel,
     })
+}
+
+/// The fastest, median and 90th-percentile of per-round figures, as `ns_per_item` reports.
+fn spread(per_item: &mut [f64]) -> Spread {
+    per_item.sort_by(f64::total_cmp);
+    let at = |q: f64| per_item[((per_item.len() - 1) as f64 * q).round() as usize];
+    Spread {
+        min: per_item[0],
+        p50: per_item[per_item.len() / 2],
+        p90: at(0.9),
+    }
+}
+
+/// A fuel figure, `-` when not counted.
+fn fuel(units: Option<u64>) -> String {
+    units.map_or_else(|| "-".into(), |u| u.to_string())
 }
 
 pub use crate::policy::NativeFn;
@@ -134,11 +209,13 @@ pub fn native_twin(plugin: &Plugin) -> Result<Option<NativeFn>> {
         .with_context(|| format!("configuring the native {name}"))
 }
 
-/// Prints the table, one row per plugin, with the ratio and the target check.
+/// Prints the table, one row per plugin, with the ratio and the target check. `p50 ns` is the
+/// plugin as training runs it (fuel and epoch checks); `epoch ns` and `none ns` the medians of
+/// the same rounds compiled with epoch checks only and with neither.
 pub fn print_table(rows: &[Measurement], mut out: impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:<18} {:<16} {:>9} {:>10} {:>12} {:>8} {:>8} {:>8} {:>10} {:>8}  median <= {TARGET_NS} ns",
+        "{:<18} {:<16} {:>9} {:>10} {:>12} {:>8} {:>8} {:>8} {:>10} {:>8} {:>9} {:>9} {:>10} {:>12}  median <= {TARGET_NS} ns",
         "plugin",
         "kind",
         "size KiB",
@@ -148,7 +225,11 @@ pub fn print_table(rows: &[Measurement], mut out: impl Write) -> std::io::Result
         "p50 ns",
         "p90 ns",
         "native ns",
-        "ratio"
+        "ratio",
+        "epoch ns",
+        "none ns",
+        "fuel/call",
+        "setup fuel"
     )?;
     for m in rows {
         let (native, ratio) = match m.native_ns {
@@ -160,7 +241,7 @@ pub fn print_table(rows: &[Measurement], mut out: impl Write) -> std::io::Result
         };
         writeln!(
             out,
-            "{:<18} {:<16} {:>9.1} {:>10.2} {:>12.1} {:>8.1} {:>8.1} {:>8.1} {:>10} {:>8}  {}",
+            "{:<18} {:<16} {:>9.1} {:>10.2} {:>12.1} {:>8.1} {:>8.1} {:>8.1} {:>10} {:>8} {:>9.1} {:>9.1} {:>10} {:>12}  {}",
             m.plugin,
             m.kind,
             m.size_bytes as f64 / 1024.0,
@@ -171,6 +252,10 @@ pub fn print_table(rows: &[Measurement], mut out: impl Write) -> std::io::Result
             m.wasm_spread.p90,
             native,
             ratio,
+            m.epoch_only_ns,
+            m.unmetered_ns,
+            fuel(m.fuel_per_call),
+            fuel(m.setup_fuel),
             if m.wasm_ns <= TARGET_NS { "ok" } else { "OVER" }
         )?;
     }

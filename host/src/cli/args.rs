@@ -80,9 +80,20 @@ pub struct LimitArgs {
     /// Memory cap of each plugin instance, MiB.
     #[arg(long, default_value_t = 64, value_name = "MIB")]
     pub plugin_memory_mb: usize,
-    /// Wall-clock deadline of each policy call, ms.
-    #[arg(long, default_value_t = 10, value_name = "MS")]
+    /// Wall-clock backstop of each policy call, ms (setup and codec calls get 100 times it);
+    /// the budget proper is fuel, the same on every rank whatever the load.
+    #[arg(long, default_value_t = Limits::default().deadline_ms, value_name = "MS")]
     pub plugin_deadline_ms: u64,
+    /// Fuel of each policy call, in units of about one WebAssembly instruction.
+    #[arg(long, default_value_t = Limits::default().fuel, value_name = "UNITS")]
+    pub plugin_fuel: u64,
+    /// Fuel of each codec call per float it handles (bucket plus input payloads), on top of a
+    /// fixed base.
+    #[arg(long, default_value_t = Limits::default().codec_fuel_per_float, value_name = "UNITS")]
+    pub codec_fuel_per_float: u64,
+    /// Largest plugin component the host compiles, MiB.
+    #[arg(long, default_value_t = Limits::default().max_component_bytes >> 20, value_name = "MIB")]
+    pub plugin_max_mb: u64,
     /// Largest global batch a batch-size policy may return.
     #[arg(long, default_value_t = Bounds::default().max_batch)]
     pub max_batch: u32,
@@ -95,12 +106,22 @@ pub struct LimitArgs {
 impl LimitArgs {
     /// A runtime with these limits and the cache from the environment.
     pub fn runtime(&self) -> Result<Runtime> {
-        if self.plugin_memory_mb == 0 || self.plugin_deadline_ms == 0 {
-            bail!("--plugin-memory-mb and --plugin-deadline-ms must be at least 1");
+        if self.plugin_memory_mb == 0
+            || self.plugin_deadline_ms == 0
+            || self.plugin_fuel == 0
+            || self.plugin_max_mb == 0
+        {
+            bail!(
+                "--plugin-memory-mb, --plugin-deadline-ms, --plugin-fuel and --plugin-max-mb \
+                 must be at least 1"
+            );
         }
         let limits = Limits {
             memory_bytes: self.plugin_memory_mb << 20,
             deadline_ms: self.plugin_deadline_ms,
+            fuel: self.plugin_fuel,
+            codec_fuel_per_float: self.codec_fuel_per_float,
+            max_component_bytes: self.plugin_max_mb.saturating_mul(1 << 20),
             ..Limits::default()
         };
         let options = EngineOptions {

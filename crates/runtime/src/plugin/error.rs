@@ -16,9 +16,21 @@ pub enum Fault {
     /// The guest trapped (panic, unreachable, out-of-bounds access ...).
     #[error("trapped: {0}")]
     Trap(String),
-    /// The call ran past its deadline.
-    #[error("exceeded its {ms} ms deadline (raise it with --plugin-deadline-ms)")]
+    /// The call ran past its wall-clock backstop.
+    #[error(
+        "exceeded its {ms} ms wall-clock deadline (a backstop; raise it with --plugin-deadline-ms)"
+    )]
     Deadline { ms: u64 },
+    /// The call used up its fuel: the same on every rank, whatever the machine's load.
+    #[error(
+        "ran out of its {units}-unit fuel budget (deterministic: every rank stops here; {remedy})"
+    )]
+    Fuel {
+        /// The budget of the call.
+        units: u64,
+        /// How to raise it, e.g. `raise it with --plugin-fuel`.
+        remedy: &'static str,
+    },
     /// The guest tried to grow its memory past the cap.
     #[error(
         "tried to grow its memory to {} MiB, over the {} MiB cap (raise it with --plugin-memory-mb)",
@@ -32,6 +44,12 @@ pub enum Fault {
     /// A codec call returned its own error (e.g. a malformed payload).
     #[error("returned an error: {0}")]
     Refused(String),
+    /// `--on-plugin-fault hold-last` held the last good output through this many faults in a
+    /// row and gave up at this one.
+    #[error(
+        "{last} ({faults} faults in a row: --on-plugin-fault hold-last gave up, see --max-plugin-faults)"
+    )]
+    GaveUp { faults: u32, last: Box<Fault> },
 }
 
 /// A plugin fault with the context needed to find it: file, call, step.
@@ -120,7 +138,19 @@ mod tests {
         quiet.guest_stderr = Some(" \n".into());
         assert_eq!(
             quiet.to_string(),
-            "plugin w.wasm: epsilon: exceeded its 10 ms deadline (raise it with --plugin-deadline-ms)"
+            "plugin w.wasm: epsilon: exceeded its 10 ms wall-clock deadline (a backstop; raise it \
+             with --plugin-deadline-ms)"
+        );
+        let fuel = Fault::Fuel {
+            units: 1000,
+            remedy: "raise it with --plugin-fuel",
+        };
+        assert_eq!(
+            PluginError::new("w.wasm", "epsilon", fuel)
+                .at_step(4)
+                .to_string(),
+            "plugin w.wasm: epsilon at step 4: ran out of its 1000-unit fuel budget \
+             (deterministic: every rank stops here; raise it with --plugin-fuel)"
         );
     }
 }

@@ -6,6 +6,12 @@
 //! each step, and a fresh instance is restored from that snapshot, so a fault loses nothing:
 //! the retried call sees the state the failed one saw, and a checkpoint taken after a fault
 //! holds the state from before the failed step.
+//!
+//! Every call runs on a [`Budget`]: fuel, counted in WebAssembly instructions and so the same on
+//! every rank, and a wall-clock backstop (the epoch deadline). A codec call that finishes but
+//! uses more than half of either gets one warning per plugin and call name ([`SLOW_SHARE`]).
+
+use std::time::Instant;
 
 use lsgd_codec::{Meta, Properties};
 use lsgd_policy::{Info, State, TensorNorms, Value};
@@ -17,14 +23,31 @@ use super::cache::Origin;
 use super::contract::{Contract, PolicyKind};
 use super::error::{Fault, PluginError, wasm_msg};
 use super::params;
+use super::runtime::Metering;
 use super::sandbox::{Limits, Sandbox, TICK};
 use super::types::Output;
 
-/// Setup calls (instantiation, describe, configure) may initialise a language runtime, and
-/// codec calls process up to ~1M floats, so they get this many times the per-call deadline,
-/// and at least [`SETUP_MIN_MS`].
-const SETUP_DEADLINE_FACTOR: u64 = 100;
-const SETUP_MIN_MS: u64 = 1_000;
+/// A codec call that uses more than this share of its fuel or of its wall-clock backstop is
+/// reported (once per plugin and call name): it is a slower rank or a bigger bucket away from
+/// being stopped.
+pub const SLOW_SHARE: f64 = 0.5;
+
+/// A codec's payload may be at most this many times its bucket's binary32 bytes ...
+pub const PAYLOAD_FACTOR: u64 = 8;
+/// ... plus this many bytes (headers, indices of a tiny bucket).
+pub const PAYLOAD_SLACK: u64 = 64 << 10;
+
+/// What one call may spend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Budget {
+    /// A policy call: `--plugin-fuel`, `--plugin-deadline-ms`.
+    Policy,
+    /// Instantiation, describe, configure, snapshot, restore, properties: a language runtime
+    /// may initialise there.
+    Setup,
+    /// A codec call handling this many floats (bucket plus input payloads).
+    Codec(u64),
+}
 
 /// Static facts about a plugin file, for `inspect`.
 #[derive(Debug, Clone)]
@@ -41,6 +64,8 @@ pub struct Facts {
     /// Whether its code was compiled with canonical NaNs (policies always; codecs with
     /// `--codec-canonical-nans`).
     pub canonical_nans: bool,
+    /// What its engine's compiled code counts: fuel and the deadline in training.
+    pub metering: Metering,
 }
 
 /// A loaded, sandboxed policy plugin.
@@ -60,6 +85,12 @@ pub struct Plugin {
     /// A stateful plugin's state before its first call at a step, with that step: what a
     /// fresh instance is restored to.
     snapshot: Option<Snapshot>,
+    /// The fuel the last call that returned used, when its engine counts fuel.
+    last_fuel: Option<u64>,
+    /// The most fuel one setup call of the last fresh instance used.
+    setup_fuel: Option<u64>,
+    /// The slow-call warnings given so far: at most one per call name.
+    warnings: Vec<(&'static str, String)>,
 }
 
 /// A stateful plugin's state before its calls at `step`.
@@ -73,6 +104,8 @@ struct Live {
     store: Store<Sandbox>,
     bound: Bound,
     configured: bool,
+    /// The most fuel one of its setup calls used so far.
+    setup_fuel: Option<u64>,
 }
 
 impl Plugin {
@@ -103,13 +136,20 @@ impl Plugin {
             params: None,
             live: None,
             snapshot: None,
+            last_fuel: None,
+            setup_fuel: None,
+            warnings: Vec::new(),
         };
         let mut live = plugin.instantiate()?;
-        plugin.arm(&mut live.store, true);
+        plugin.arm(&mut live.store, Budget::Setup);
         let info = live
             .bound
             .describe(&mut live.store)
-            .map_err(|e| plugin.fault("describe", &live.store, e, true))?;
+            .map_err(|e| plugin.fault("describe", &live.store, e, Budget::Setup))?;
+        live.setup_fuel = live
+            .setup_fuel
+            .max(plugin.spent(&live.store, Budget::Setup));
+        plugin.setup_fuel = live.setup_fuel;
         params::check_specs(&info.params).map_err(|e| {
             PluginError::new(plugin.label.clone(), "describe", Fault::Load(e.to_string()))
         })?;
@@ -154,6 +194,24 @@ impl Plugin {
         self.limits
     }
 
+    /// The fuel the last successful call used (its budget minus what was left); `None` before
+    /// any call or when its engine does not count fuel. Deterministic: the same inputs cost
+    /// the same fuel on every rank.
+    pub fn last_fuel(&self) -> Option<u64> {
+        self.last_fuel
+    }
+
+    /// The most fuel one setup call (instantiation, describe, configure, restore) of the last
+    /// fresh instance used; `None` when its engine does not count fuel.
+    pub fn setup_fuel(&self) -> Option<u64> {
+        self.setup_fuel
+    }
+
+    /// The slow-call warnings printed so far (at most one per call name), oldest first.
+    pub fn slow_warnings(&self) -> impl Iterator<Item = &str> {
+        self.warnings.iter().map(|(_, w)| w.as_str())
+    }
+
     /// The parameter values in force (defaults until [`Plugin::configure`] is called; empty
     /// while a required parameter is missing).
     pub fn params(&self) -> &[(String, Value)] {
@@ -183,7 +241,7 @@ impl Plugin {
             Some(live) if !live.configured => live,
             _ => self.instantiate()?,
         };
-        self.arm(&mut live.store, true);
+        self.arm(&mut live.store, Budget::Setup);
         match live.bound.configure(&mut live.store, params) {
             Ok(Ok(())) => {}
             Ok(Err(msg)) => {
@@ -193,18 +251,23 @@ impl Plugin {
                     Fault::Configure(msg),
                 ));
             }
-            Err(e) => return Err(self.fault("configure", &live.store, e, true)),
+            Err(e) => return Err(self.fault("configure", &live.store, e, Budget::Setup)),
         }
+        live.setup_fuel = live.setup_fuel.max(self.spent(&live.store, Budget::Setup));
         if let Some(snap) = &self.snapshot {
+            // Configure's fuel is spent; restore gets a budget of its own.
+            self.arm(&mut live.store, Budget::Setup);
             match live.bound.restore(&mut live.store, &snap.bytes) {
                 Ok(Ok(())) => {}
                 Ok(Err(msg)) => {
                     let e = PluginError::new(self.label.clone(), "restore", Fault::Refused(msg));
                     return Err(e.at_step(snap.step));
                 }
-                Err(e) => return Err(self.fault("restore", &live.store, e, true)),
+                Err(e) => return Err(self.fault("restore", &live.store, e, Budget::Setup)),
             }
+            live.setup_fuel = live.setup_fuel.max(self.spent(&live.store, Budget::Setup));
         }
+        self.setup_fuel = live.setup_fuel;
         live.configured = true;
         self.live = Some(live);
         Ok(())
@@ -254,7 +317,9 @@ impl Plugin {
     /// Calls `snapshot` on the live instance, under the long deadline: a missed one has no
     /// retry.
     fn take_snapshot(&mut self, step: u64) -> Result<Vec<u8>, PluginError> {
-        self.invoke("snapshot", Some(step), true, |b, store| b.snapshot(store))
+        self.invoke("snapshot", Some(step), Budget::Setup, |b, store| {
+            b.snapshot(store)
+        })
     }
 
     /// Calls the policy function of this plugin's kind for `state`. Raw output: range checks
@@ -262,7 +327,7 @@ impl Plugin {
     pub fn call(&mut self, state: &State) -> Result<Output, PluginError> {
         self.before_call(state.step)?;
         let name = self.call_name();
-        self.invoke(name, Some(state.step), false, |b, store| {
+        self.invoke(name, Some(state.step), Budget::Policy, |b, store| {
             b.call(store, state)
         })
     }
@@ -275,42 +340,80 @@ impl Plugin {
         tensors: &[TensorNorms],
     ) -> Result<Vec<f64>, PluginError> {
         self.before_call(state.step)?;
-        self.invoke("multipliers", Some(state.step), false, |b, store| {
-            b.multipliers(store, state, tensors)
-        })
+        self.invoke(
+            "multipliers",
+            Some(state.step),
+            Budget::Policy,
+            |b, store| b.multipliers(store, state, tensors),
+        )
     }
 
     /// Calls a codec's `properties`.
     pub fn properties(&mut self) -> Result<Properties, PluginError> {
-        self.invoke("properties", None, true, |b, store| b.properties(store))
+        self.invoke("properties", None, Budget::Setup, |b, store| {
+            b.properties(store)
+        })
     }
 
-    /// Calls a codec's `encode`; its own error becomes [`Fault::Refused`].
+    /// Calls a codec's `encode`; its own error becomes [`Fault::Refused`], and a payload over
+    /// [`PAYLOAD_FACTOR`] times the bucket's bytes plus [`PAYLOAD_SLACK`] [`Fault::BadOutput`]
+    /// (it would be sent to every rank).
     pub fn encode(
         &mut self,
         meta: &Meta,
         data: &[f32],
         agreed: &[Vec<u8>],
     ) -> Result<Vec<u8>, PluginError> {
-        self.invoke("encode", Some(meta.step), true, |b, store| {
-            b.encode(store, meta, data, agreed)
-        })?
-        .map_err(|m| self.refused("encode", meta.step, m))
+        let floats = data.len() as u64 + payload_floats(agreed);
+        let out = self
+            .invoke(
+                "encode",
+                Some(meta.step),
+                Budget::Codec(floats),
+                |b, store| b.encode(store, meta, data, agreed),
+            )?
+            .map_err(|m| self.refused("encode", meta.step, m))?;
+        let bucket_bytes = u64::from(meta.len) * 4;
+        let bound = bucket_bytes
+            .saturating_mul(PAYLOAD_FACTOR)
+            .saturating_add(PAYLOAD_SLACK);
+        if out.len() as u64 <= bound {
+            return Ok(out);
+        }
+        let msg = format!(
+            "a payload of {} bytes for bucket {} of {} floats ({bucket_bytes} bytes): over the \
+             bound of {PAYLOAD_FACTOR} x the bucket's bytes + {} KiB = {bound} bytes",
+            out.len(),
+            meta.bucket,
+            meta.len,
+            PAYLOAD_SLACK >> 10
+        );
+        Err(
+            PluginError::new(self.label.clone(), "encode", Fault::BadOutput(msg))
+                .at_step(meta.step),
+        )
     }
 
     /// Calls a codec's `decode`; its own error becomes [`Fault::Refused`], and a result other
     /// than the contract's `meta.len` floats [`Fault::BadOutput`].
     pub fn decode(&mut self, meta: &Meta, payloads: &[Vec<u8>]) -> Result<Vec<f32>, PluginError> {
+        let floats = u64::from(meta.len) + payload_floats(payloads);
+        // The lifted list can be no larger than the instance's capped memory, so a huge one
+        // costs the host at most --plugin-memory-mb before it is refused here.
         let out = self
-            .invoke("decode", Some(meta.step), true, |b, store| {
-                b.decode(store, meta, payloads)
-            })?
+            .invoke(
+                "decode",
+                Some(meta.step),
+                Budget::Codec(floats),
+                |b, store| b.decode(store, meta, payloads),
+            )?
             .map_err(|m| self.refused("decode", meta.step, m))?;
         if out.len() == meta.len as usize {
             return Ok(out);
         }
         let msg = format!(
-            "{} floats for bucket {} of {} floats",
+            "{} floats for bucket {} of {} floats (decode must return exactly the bucket's \
+             floats)",
             out.len(),
             meta.bucket,
             meta.len
@@ -326,12 +429,12 @@ impl Plugin {
     }
 
     /// Runs `f` on the live instance (configuring a fresh one first if needed) under the
-    /// per-call deadline, or the long one for codec calls; a fault drops the instance.
+    /// call's budget; a fault drops the instance.
     fn invoke<R>(
         &mut self,
         call: &'static str,
         step: Option<u64>,
-        long: bool,
+        budget: Budget,
         f: impl FnOnce(&Bound, &mut Store<Sandbox>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         let at = |e: PluginError| match step {
@@ -341,17 +444,69 @@ impl Plugin {
         if !self.live.as_ref().is_some_and(|l| l.configured) {
             self.reset().map_err(at)?;
         }
-        let ticks = self.deadline_ticks(long);
-        let live = self.live.as_mut().expect("reset leaves a live instance");
-        live.store.set_epoch_deadline(ticks);
+        let mut live = self.live.take().expect("reset leaves a live instance");
+        self.arm(&mut live.store, budget);
+        // Only codec calls are long enough for two clock reads to be free.
+        let start = matches!(budget, Budget::Codec(_)).then(Instant::now);
         match f(&live.bound, &mut live.store) {
-            Ok(out) => Ok(out),
-            Err(e) => {
-                // The instance is dropped: it may be mid-way through a trap.
-                let live = self.live.take().expect("still live");
-                Err(at(self.fault(call, &live.store, e, long)))
+            Ok(out) => {
+                self.last_fuel = self.spent(&live.store, budget);
+                self.live = Some(live);
+                if let Some(start) = start {
+                    self.check_slow(call, step, budget, start);
+                }
+                Ok(out)
             }
+            // The instance is dropped: it may be mid-way through a trap.
+            Err(e) => Err(at(self.fault(call, &live.store, e, budget))),
         }
+    }
+
+    /// Warns, once per call name, about a codec call that used more than [`SLOW_SHARE`] of its
+    /// fuel or of its wall-clock backstop but finished.
+    fn check_slow(
+        &mut self,
+        call: &'static str,
+        step: Option<u64>,
+        budget: Budget,
+        start: Instant,
+    ) {
+        let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+        let deadline_ms = self.limits.deadline_ms(true) as f64;
+        let fuel = self.budget_fuel(budget);
+        let fuel_share = self.last_fuel.map_or(0.0, |used| used as f64 / fuel as f64);
+        let time_share = elapsed_ms / deadline_ms;
+        if (fuel_share <= SLOW_SHARE && time_share <= SLOW_SHARE)
+            || self.warnings.iter().any(|(c, _)| *c == call)
+        {
+            return;
+        }
+        let (used, risk) = match self.last_fuel {
+            Some(used) if fuel_share > SLOW_SHARE => (
+                format!(
+                    "{:.0}% of its fuel ({used} of {fuel} units; --codec-fuel-per-float raises \
+                     it)",
+                    fuel_share * 100.0
+                ),
+                "other inputs",
+            ),
+            _ => (
+                format!(
+                    "{:.0}% of its wall-clock backstop ({elapsed_ms:.0} of {deadline_ms:.0} ms; \
+                     --plugin-deadline-ms raises it)",
+                    time_share * 100.0
+                ),
+                "a busier machine",
+            ),
+        };
+        let warning = format!(
+            "warning: plugin {}: {call}{} used {used}; it finished, but {risk} may stop it \
+             (further slow {call} calls are not reported)",
+            self.label,
+            step.map(|s| format!(" at step {s}")).unwrap_or_default(),
+        );
+        eprintln!("{warning}");
+        self.warnings.push((call, warning));
     }
 
     /// The WIT name of this plugin's policy function.
@@ -362,39 +517,53 @@ impl Plugin {
     fn instantiate(&self) -> Result<Live, PluginError> {
         let mut store = Store::new(&self.engine, Sandbox::new(&self.limits));
         store.limiter(|s| s.limiter());
-        self.arm(&mut store, true);
+        self.arm(&mut store, Budget::Setup);
         let instance = self
             .pre
             .instantiate(&mut store)
-            .map_err(|e| self.fault("instantiate", &store, e, true))?;
+            .map_err(|e| self.fault("instantiate", &store, e, Budget::Setup))?;
         let bound = self
             .indices
             .bind(&mut store, &instance)
             .map_err(|e| mismatch(&self.label, &self.contract, &e))?;
+        let setup_fuel = self.spent(&store, Budget::Setup);
         Ok(Live {
             store,
             bound,
             configured: false,
+            setup_fuel,
         })
     }
 
-    /// Sets the epoch deadline before entering the guest.
-    fn arm(&self, store: &mut Store<Sandbox>, setup: bool) {
-        store.set_epoch_deadline(self.deadline_ticks(setup));
+    /// The fuel `store` used since it was armed with `budget`.
+    fn spent(&self, store: &Store<Sandbox>, budget: Budget) -> Option<u64> {
+        let left = store.get_fuel().ok()?;
+        Some(self.budget_fuel(budget).saturating_sub(left))
     }
 
-    /// The deadline of a policy call, or of a setup or codec call (`long`), in ms.
-    fn deadline_ms(&self, long: bool) -> u64 {
-        if long {
-            (self.limits.deadline_ms * SETUP_DEADLINE_FACTOR).max(SETUP_MIN_MS)
-        } else {
-            self.limits.deadline_ms
+    /// Sets the fuel and the epoch deadline of `budget` before entering the guest.
+    fn arm(&self, store: &mut Store<Sandbox>, budget: Budget) {
+        store.set_epoch_deadline(self.deadline_ticks(budget));
+        if self.facts.metering.fuel() {
+            store
+                .set_fuel(self.budget_fuel(budget))
+                .expect("the engine counts fuel");
         }
     }
 
-    /// The same deadline in epoch ticks.
-    fn deadline_ticks(&self, long: bool) -> u64 {
-        self.deadline_ms(long)
+    /// The fuel of a call on `budget`.
+    fn budget_fuel(&self, budget: Budget) -> u64 {
+        match budget {
+            Budget::Policy => self.limits.fuel,
+            Budget::Setup => self.limits.setup_fuel,
+            Budget::Codec(floats) => self.limits.codec_fuel(floats),
+        }
+    }
+
+    /// The wall-clock backstop of a call on `budget`, in epoch ticks.
+    fn deadline_ticks(&self, budget: Budget) -> u64 {
+        self.limits
+            .deadline_ms(budget != Budget::Policy)
             .div_ceil(TICK.as_millis() as u64)
             .max(1)
     }
@@ -404,17 +573,42 @@ impl Plugin {
         call: &'static str,
         store: &Store<Sandbox>,
         e: wasmtime::Error,
-        long: bool,
+        budget: Budget,
     ) -> PluginError {
+        let trap = e.downcast_ref::<Trap>().copied();
         let fault = if let Some(requested) = store.data().memory_cap_hit() {
             Fault::MemoryCap {
                 cap: self.limits.memory_bytes,
                 requested,
             }
-        } else if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        } else if trap == Some(Trap::Interrupt) {
             Fault::Deadline {
-                ms: self.deadline_ms(long),
+                ms: self.limits.deadline_ms(budget != Budget::Policy),
             }
+        } else if trap == Some(Trap::OutOfFuel) {
+            Fault::Fuel {
+                units: self.budget_fuel(budget),
+                remedy: match budget {
+                    Budget::Policy => "raise it with --plugin-fuel",
+                    // Only a runtime that needs tens of billions of instructions to start hits it.
+                    Budget::Setup => "the budget of setup calls is fixed",
+                    Budget::Codec(_) => "raise it with --codec-fuel-per-float",
+                },
+            }
+        } else if trap == Some(Trap::StackOverflow) {
+            // Without the backtrace, which runs to thousands of identical frames.
+            Fault::Trap(
+                "stack overflow: the call stack is exhausted (unbounded or too deep recursion)"
+                    .into(),
+            )
+        } else if trap == Some(Trap::MemoryOutOfBounds) && below_address_zero(&wasm_msg(&e)) {
+            // Rust and C guests keep their frames' arrays on a stack in linear memory that
+            // grows down from 1 MiB; past address 0 it wraps to the top of the 4 GiB space.
+            Fault::Trap(
+                "stack overflow: the call stack is exhausted (its stack in linear memory ran \
+                 below address 0: unbounded or too deep recursion)"
+                    .into(),
+            )
         } else {
             Fault::Trap(wasm_msg(&e))
         };
@@ -422,6 +616,25 @@ impl Plugin {
         err.guest_stderr = Some(store.data().stderr()).filter(|s| !s.is_empty());
         err
     }
+}
+
+/// Whether a memory fault's message names an address in the top MiB of the 32-bit space or
+/// beyond, where no capped memory reaches: a stack pointer that went below 0. (wasmtime does
+/// not export the fault's address as a type.)
+fn below_address_zero(msg: &str) -> bool {
+    let Some(at) = msg.find("memory fault at wasm address 0x") else {
+        return false;
+    };
+    let hex: String = msg[at + "memory fault at wasm address 0x".len()..]
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    u64::from_str_radix(&hex, 16).is_ok_and(|a| a >= 0xfff0_0000)
+}
+
+/// The floats' worth of `payloads`: what a codec call handles besides its bucket.
+fn payload_floats(payloads: &[Vec<u8>]) -> u64 {
+    payloads.iter().map(|p| p.len() as u64).sum::<u64>() / 4
 }
 
 /// The component's exports have the right names but not the types of its world.

@@ -1,6 +1,21 @@
 //! The wasmtime engines of the process and everything shared by all plugins: the linkers with
-//! the (empty) WASI sandbox, the compiled-component cache, the epoch ticker that enforces call
-//! deadlines, and the default limits.
+//! the (empty) WASI sandbox, the compiled-component cache, the epoch ticker that enforces the
+//! wall-clock backstop, and the default limits.
+//!
+//! A call's budget is fuel ([`Metering::FuelAndDeadline`], for policies and codecs alike): it
+//! counts WebAssembly instructions, so every rank runs out at the same call whatever its load,
+//! where a wall-clock deadline let one rank of a loaded node time out and another not. The
+//! epoch deadline stays as a backstop, far above any budget (1000 ms per policy call, 100 s per
+//! codec or setup call by default). `bench policies` and `bench codecs` measure what each
+//! metering costs (fuel and epoch, epoch only, neither) in the same alternated rounds, and
+//! each plugin's fuel per call, from which the defaults in [`super::sandbox`] are chosen with
+//! at least 20 times headroom; `docs/plugin-contract.md` records the numbers. Codecs use fuel
+//! too: measured at 1M floats it costs nothing where the boundary's copies dominate (identity,
+//! int8, top-k, powersgd) and 10-25% on scalar per-float loops (qsgd, terngrad, dgc,
+//! threshold), about what the epoch checks already cost them, and a 1M-float bucket is where a
+//! loaded rank would otherwise miss a wall-clock deadline that another rank meets. Compiled code
+//! differs with the metering, and the cache keys on the engine's compatibility hash, which
+//! covers it, so no entry compiled without fuel is loaded into a fuel engine.
 //!
 //! Policies and codecs get an engine each, because they differ in one compiler setting:
 //! policies are compiled with canonical NaNs, so that every rank computes bit-identical
@@ -24,16 +39,51 @@ use super::instance::{Facts, Plugin};
 use super::sandbox::{Limits, Sandbox, TICK};
 use crate::Result;
 
+/// What an engine's compiled code counts to bound a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metering {
+    /// Fuel, the deterministic budget, and epoch checks, the wall-clock backstop.
+    FuelAndDeadline,
+    /// Epoch checks only: a wall-clock deadline, which a loaded machine can make one rank miss
+    /// and not another.
+    Deadline,
+    /// Neither: a guest that never returns hangs the host. For benchmarks only.
+    Unmetered,
+}
+
+impl Metering {
+    /// Whether the compiled code counts fuel.
+    pub fn fuel(self) -> bool {
+        self == Metering::FuelAndDeadline
+    }
+
+    /// Whether the compiled code checks the epoch deadline.
+    pub fn deadline(self) -> bool {
+        self != Metering::Unmetered
+    }
+}
+
 /// Compiler settings of a runtime's engines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineOptions {
     /// Compile codec plugins with canonical NaNs too, as policies always are: for jobs whose
     /// ranks run on CPUs of different architectures.
     pub canonical_codec_nans: bool,
-    /// Compile codecs without the epoch checks at every loop header and function entry that
-    /// enforce the call deadline, so that `bench codecs` can measure what the deadline costs.
-    /// A codec that never returns then hangs the host: not for training.
-    pub codecs_without_deadline: bool,
+    /// What policy plugins are compiled to count; anything but the default is for `bench
+    /// policies`, which measures what fuel and the deadline cost.
+    pub policy_metering: Metering,
+    /// What codec plugins are compiled to count; `bench codecs` measures the alternatives.
+    pub codec_metering: Metering,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            canonical_codec_nans: false,
+            policy_metering: Metering::FuelAndDeadline,
+            codec_metering: Metering::FuelAndDeadline,
+        }
+    }
 }
 
 /// An engine and the linker that serves the sandbox's imports in it.
@@ -41,14 +91,16 @@ struct Sandboxed {
     engine: Engine,
     linker: Arc<Linker<Sandbox>>,
     canonical_nans: bool,
+    metering: Metering,
 }
 
 impl Sandboxed {
-    fn new(canonical_nans: bool, deadline: bool) -> Result<Self> {
+    fn new(canonical_nans: bool, metering: Metering) -> Result<Self> {
         let mut config = Config::new();
         // Policies are synchronous; without WASIp3 concurrency a call costs ~155 ns, not ~500.
         config.concurrency_support(false);
-        config.epoch_interruption(deadline);
+        config.epoch_interruption(metering.deadline());
+        config.consume_fuel(metering.fuel());
         config.cranelift_opt_level(OptLevel::Speed);
         config.cranelift_nan_canonicalization(canonical_nans);
         let engine = Engine::new(&config)?;
@@ -58,6 +110,7 @@ impl Sandboxed {
             engine,
             linker: Arc::new(linker),
             canonical_nans,
+            metering,
         })
     }
 }
@@ -79,11 +132,8 @@ impl Runtime {
 
     /// The same with the engines' compiler settings.
     pub fn with_options(cache: Cache, limits: Limits, options: EngineOptions) -> Result<Self> {
-        let policies = Sandboxed::new(true, true)?;
-        let codecs = Sandboxed::new(
-            options.canonical_codec_nans,
-            !options.codecs_without_deadline,
-        )?;
+        let policies = Sandboxed::new(true, options.policy_metering)?;
+        let codecs = Sandboxed::new(options.canonical_codec_nans, options.codec_metering)?;
         spawn_ticker(vec![policies.engine.weak(), codecs.engine.weak()]);
         Ok(Runtime {
             policies,
@@ -141,8 +191,21 @@ impl Runtime {
     pub fn load(&self, path: &Path, expect: Option<PolicyKind>) -> Result<Plugin, PluginError> {
         let label = path.display().to_string();
         let load_err = |m: String| PluginError::new(label.clone(), "load", Fault::Load(m));
+        // Before reading and compiling: a hostile multi-GiB file would cost memory and minutes.
+        let size = std::fs::metadata(path)
+            .map_err(|e| load_err(format!("cannot read the file: {e}")))?
+            .len();
+        if size > self.limits.max_component_bytes {
+            return Err(load_err(too_big(size, self.limits.max_component_bytes)));
+        }
         let bytes =
             std::fs::read(path).map_err(|e| load_err(format!("cannot read the file: {e}")))?;
+        if bytes.len() as u64 > self.limits.max_component_bytes {
+            return Err(load_err(too_big(
+                bytes.len() as u64,
+                self.limits.max_component_bytes,
+            )));
+        }
         if !bytes.starts_with(b"\0asm") {
             return Err(load_err("not a WebAssembly file (no \\0asm header)".into()));
         }
@@ -202,10 +265,21 @@ impl Runtime {
                 imports,
                 blake3: blake3::hash(&bytes).to_hex().to_string(),
                 canonical_nans: sandboxed.canonical_nans,
+                metering: sandboxed.metering,
             },
             self.limits,
         )
     }
+}
+
+/// The refusal of a component of `size` bytes over the `limit`.
+fn too_big(size: u64, limit: u64) -> String {
+    format!(
+        "the component is {:.1} MiB, over the {} MiB limit on a plugin's size (raise it with \
+         --plugin-max-mb)",
+        size as f64 / f64::from(1 << 20),
+        limit >> 20
+    )
 }
 
 /// The kind of plugin a component's top-level export names declare, read without compiling

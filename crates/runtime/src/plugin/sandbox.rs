@@ -18,22 +18,82 @@ use wasmtime_wasi::{
 pub const TICK: Duration = Duration::from_millis(1);
 
 /// Resource limits applied to every plugin instance.
+///
+/// A call's budget is counted in fuel (about one unit per WebAssembly instruction executed), so
+/// it is the same on every rank whatever the machine's load; the wall-clock deadline is only a
+/// backstop for what fuel does not count (a host engine compiled without fuel metering).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
     /// Largest linear memory an instance may grow to, in bytes.
     pub memory_bytes: usize,
-    /// Wall-clock budget of one call, in milliseconds.
+    /// Wall-clock backstop of one policy call, in milliseconds (setup and codec calls get
+    /// [`SETUP_DEADLINE_FACTOR`] times it).
     pub deadline_ms: u64,
+    /// Fuel of one policy call (learning-rate, global-batch, epsilon, multipliers).
+    pub fuel: u64,
+    /// Fuel of one codec call on top of its share per float, whatever the bucket's size.
+    pub codec_fuel_base: u64,
+    /// Fuel of one codec call per float it handles: the bucket's floats plus its input
+    /// payloads' bytes / 4.
+    pub codec_fuel_per_float: u64,
+    /// Fuel of one setup call (instantiation, describe, configure, snapshot, restore,
+    /// properties): language runtimes (Python, JavaScript) initialise there.
+    pub setup_fuel: u64,
+    /// Largest component file the host compiles, in bytes.
+    pub max_component_bytes: u64,
     /// Seed of the guest's WASI randomness, so runs are reproducible.
     pub seed: u64,
 }
+
+/// Setup and codec calls get this many times the policy call's wall-clock backstop, and at
+/// least [`SETUP_MIN_MS`].
+pub const SETUP_DEADLINE_FACTOR: u64 = 100;
+/// The least wall-clock backstop of a setup or codec call.
+pub const SETUP_MIN_MS: u64 = 1_000;
+
+/// Default fuel of a policy call: 64x the dearest reference call measured, the JavaScript
+/// warmup's 155,893 units (Python's 58,789; Rust, C and Go 59 to 858).
+pub const DEFAULT_FUEL: u64 = 10_000_000;
+/// Default fixed part of a codec call's fuel: what a small bucket gets whatever its size.
+pub const DEFAULT_CODEC_FUEL_BASE: u64 = 10_000_000;
+/// Default fuel of a codec call per float: 25x the dearest reference codec measured, qsgd's
+/// 78 units per float (fp16 72, terngrad 71, dgc 68, powersgd 13, top-k 12).
+pub const DEFAULT_CODEC_FUEL_PER_FLOAT: u64 = 2_000;
+/// Default fuel of a setup call: 1,700x the dearest measured, the Go warmup's 589,673 units
+/// (JavaScript 289,663, Python 202,803, Rust about 23,000), and still under a second of a
+/// guest that loops in `configure`.
+pub const DEFAULT_SETUP_FUEL: u64 = 1_000_000_000;
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             memory_bytes: 64 << 20,
-            deadline_ms: 10,
+            deadline_ms: 1_000,
+            fuel: DEFAULT_FUEL,
+            codec_fuel_base: DEFAULT_CODEC_FUEL_BASE,
+            codec_fuel_per_float: DEFAULT_CODEC_FUEL_PER_FLOAT,
+            setup_fuel: DEFAULT_SETUP_FUEL,
+            max_component_bytes: 64 << 20,
             seed: 0,
+        }
+    }
+}
+
+impl Limits {
+    /// The fuel of a codec call that handles `floats` floats.
+    pub fn codec_fuel(&self, floats: u64) -> u64 {
+        self.codec_fuel_base
+            .saturating_add(self.codec_fuel_per_float.saturating_mul(floats))
+    }
+
+    /// The wall-clock backstop of a policy call, or of a setup or codec call (`long`), in ms.
+    pub fn deadline_ms(&self, long: bool) -> u64 {
+        if long {
+            self.deadline_ms
+                .saturating_mul(SETUP_DEADLINE_FACTOR)
+                .max(SETUP_MIN_MS)
+        } else {
+            self.deadline_ms
         }
     }
 }

@@ -5,4 +5,6 @@ pub mod clock;
 pub mod set;
 
 pub use clock::{Clock, RunShape};
-pub use set::{Bounds, Decision, NativeFn, PolicySet, check_multipliers, check_output};
+pub use set::{
+    Bounds, Decision, Held, NativeFn, OnFault, PolicySet, check_multipliers, check_output,
+};

@@ -37,6 +37,44 @@ impl Default for Bounds {
     }
 }
 
+/// What a run does when a policy plugin faults (traps, runs out of budget, returns an invalid
+/// value): `--on-plugin-fault`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFault {
+    /// Stop the run (after a checkpoint): the default, because a fault usually means a bug.
+    #[default]
+    Abort,
+    /// Keep the plugin's last good output for the step, recreate its instance and go on;
+    /// stop after `max_in_a_row` consecutive faults of one plugin.
+    HoldLast {
+        /// Consecutive faulted calls of one plugin after which the run stops anyway.
+        max_in_a_row: u32,
+    },
+}
+
+/// A fault that [`OnFault::HoldLast`] absorbed: the step went on with the held output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    /// The fault, naming plugin, call and step.
+    pub fault: PluginError,
+    /// Consecutive faults of this plugin so far, this one included.
+    pub in_a_row: u32,
+}
+
+/// The last good output of each kind and the faults in a row since, for [`OnFault::HoldLast`].
+#[derive(Default)]
+struct Holding {
+    last: Option<HeldOutput>,
+    in_a_row: u32,
+}
+
+/// A held output: a policy's value or a layer-rate plugin's multipliers.
+#[derive(Clone)]
+enum HeldOutput {
+    Value(f64),
+    Multipliers(Vec<f64>),
+}
+
 /// A policy formula compiled into the host, its output widened to f64 like
 /// [`Output::as_f64`]; `lsgd_policy::native` builds the reference policies' twins.
 pub use lsgd_policy::NativeFn;
@@ -51,6 +89,11 @@ pub struct PolicySet {
     /// sets them, to price the sandbox inside a real training loop.
     native: [Option<NativeFn>; 5],
     bounds: Bounds,
+    on_fault: OnFault,
+    /// By the same index.
+    holding: [Holding; 5],
+    /// Faults absorbed since the last [`PolicySet::take_held`].
+    held: Vec<Held>,
 }
 
 /// The index of `kind` in [`PolicyKind::EVERY`].
@@ -69,6 +112,9 @@ impl PolicySet {
             plugins: Default::default(),
             native: Default::default(),
             bounds,
+            on_fault: OnFault::Abort,
+            holding: Default::default(),
+            held: Vec::new(),
         };
         for p in plugins {
             let kind = p.kind();
@@ -83,6 +129,22 @@ impl PolicySet {
             *slot = Some(p);
         }
         Ok(set)
+    }
+
+    /// Sets what a plugin fault does from now on.
+    pub fn set_on_fault(&mut self, on_fault: OnFault) {
+        self.on_fault = on_fault;
+    }
+
+    /// What a plugin fault does.
+    pub fn on_fault(&self) -> OnFault {
+        self.on_fault
+    }
+
+    /// The faults [`OnFault::HoldLast`] absorbed since the last call, oldest first: the
+    /// caller reports them (they are warnings, and a run's record of what it did).
+    pub fn take_held(&mut self) -> Vec<Held> {
+        std::mem::take(&mut self.held)
     }
 
     /// The plugin of `kind`, if loaded.
@@ -124,10 +186,60 @@ impl PolicySet {
         if let Some(twin) = &mut self.native[i] {
             return Ok(Some(twin(state)));
         }
-        match &mut self.plugins[i] {
-            Some(p) => Ok(Some(check_output(p, state, self.bounds)?.as_f64())),
-            None => Ok(None),
+        let Some(p) = &mut self.plugins[i] else {
+            return Ok(None);
+        };
+        let result = check_output(p, state, self.bounds).map(|o| HeldOutput::Value(o.as_f64()));
+        match self.hold(i, result)? {
+            HeldOutput::Value(v) => Ok(Some(v)),
+            HeldOutput::Multipliers(_) => unreachable!("a policy holds a value"),
         }
+    }
+
+    /// Applies [`OnFault`] to the outcome of the plugin in slot `i`: a good output becomes the
+    /// one to hold; a fault is returned (abort, nothing held yet, or too many in a row) or
+    /// answered with the held output after the instance is recreated.
+    fn hold(
+        &mut self,
+        i: usize,
+        result: Result<HeldOutput, PluginError>,
+    ) -> Result<HeldOutput, PluginError> {
+        let holding = &mut self.holding[i];
+        let fault = match result {
+            Ok(out) => {
+                holding.last = Some(out.clone());
+                holding.in_a_row = 0;
+                return Ok(out);
+            }
+            Err(fault) => fault,
+        };
+        let OnFault::HoldLast { max_in_a_row } = self.on_fault else {
+            return Err(fault);
+        };
+        let Some(last) = holding.last.clone() else {
+            // Nothing good was ever returned: there is no value to hold.
+            return Err(fault);
+        };
+        holding.in_a_row += 1;
+        if holding.in_a_row >= max_in_a_row {
+            let mut fault = fault;
+            fault.fault = Fault::GaveUp {
+                faults: holding.in_a_row,
+                last: Box::new(fault.fault.clone()),
+            };
+            return Err(fault);
+        }
+        let in_a_row = holding.in_a_row;
+        if let Some(p) = &mut self.plugins[i] {
+            // The faulted instance is gone; a fresh one answers the next step. One that cannot
+            // even be recreated stops the run.
+            p.reset().map_err(|e| match fault.step {
+                Some(s) => e.at_step(s),
+                None => e,
+            })?;
+        }
+        self.held.push(Held { fault, in_a_row });
+        Ok(last)
     }
 
     /// The layer-rate policy's multiplier for each of `tensors` at `state`'s step, checked
@@ -137,10 +249,15 @@ impl PolicySet {
         state: &State,
         tensors: &[TensorNorms],
     ) -> Result<Option<Vec<f64>>, PluginError> {
-        let Some(plugin) = self.get_mut(PolicyKind::LayerRate) else {
+        let i = index(PolicyKind::LayerRate);
+        let Some(plugin) = &mut self.plugins[i] else {
             return Ok(None);
         };
-        check_multipliers(plugin, state, tensors).map(Some)
+        let result = check_multipliers(plugin, state, tensors).map(HeldOutput::Multipliers);
+        match self.hold(i, result)? {
+            HeldOutput::Multipliers(m) => Ok(Some(m)),
+            HeldOutput::Value(_) => unreachable!("a layer-rate plugin holds multipliers"),
+        }
     }
 
     /// Asks every policy for this step's values.
