@@ -501,3 +501,74 @@ fn top_k_one_percent_with_error_feedback_on_two_ranks_lands_within_two_points() 
     assert!((a - b).abs() <= 2.0, "uncompressed {a}%, top-k {b}%");
     assert!(ratio > 40.0, "{ratio}");
 }
+
+/// The saved tensors of a run directory's newest checkpoint whose names start with `prefix`.
+fn saved(out: &std::path::Path, prefix: &str) -> Vec<(String, Vec<f32>)> {
+    let (_, tensors) = lsgd_host::train::checkpoint::load(&out.join("checkpoint.json")).unwrap();
+    let mut v: Vec<(String, Vec<f32>)> = tensors
+        .into_iter()
+        .filter(|(n, _)| n.starts_with(prefix))
+        .map(|(n, t)| (n, Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// A checkpoint of 2 ranks with error feedback resumes on 1: the lone rank's residual is the
+/// sum of the two, which is all the update ever sees of them.
+#[test]
+fn error_feedback_residuals_are_summed_when_a_resume_has_fewer_ranks() {
+    if std::process::Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no mpirun");
+        return;
+    }
+    let out = scratch("codec-ef-fewer-ranks");
+    let codec = [
+        "--codec",
+        "codec-top-k",
+        "--set",
+        "codec.density=0.01",
+        "--error-feedback",
+    ];
+    let o = mpirun(&[ranks(
+        2,
+        &out,
+        &[&codec[..], &["--stop-after-steps", "3"]].concat(),
+    )]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let two = saved(&out, "ef.");
+    assert!(two.iter().any(|(n, _)| n.contains("rank1")), "{two:?}");
+    // One process, resumed and stopped at the same step: the checkpoint it writes holds the
+    // folded state, before any step could change it.
+    let mut one = ranks(
+        1,
+        &out,
+        &[&codec[..], &["--stop-after-steps", "3"]].concat(),
+    );
+    one.extend(["--resume".to_string(), out.display().to_string()]);
+    let o = mpirun(&[one]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let folded = saved(&out, "ef.");
+    assert!(
+        folded.iter().all(|(n, _)| n.contains("rank0")),
+        "{folded:?}"
+    );
+    for (name, sum) in &folded {
+        let parts: Vec<&Vec<f32>> = two
+            .iter()
+            .filter(|(n, _)| n.replace("rank1", "rank0") == *name)
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(parts.len(), 2, "{name}");
+        let expected: Vec<f32> = parts[0].iter().zip(parts[1]).map(|(a, b)| a + b).collect();
+        assert_eq!(sum, &expected, "{name}");
+        assert!(
+            sum.iter().any(|x| *x != 0.0),
+            "{name}: an empty residual proves nothing"
+        );
+    }
+}

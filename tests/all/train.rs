@@ -58,6 +58,7 @@ pub(crate) fn config(
             allreduce: Algorithm::Mpi,
             consistency_every: 100,
             slow: None,
+            keep_checkpoints: 2,
         },
     }
 }
@@ -328,15 +329,16 @@ fn two_ranks_keep_bit_identical_weights_and_a_resume_may_change_the_rank_count()
 #[test]
 fn ranks_running_different_policies_are_stopped_with_the_step_and_rank() {
     let out = scratch("mpi-mismatch");
-    // Rank 1's schedule has a ×0.1 milestone at epoch 0.1; rank 0's does not. Warmup runs to
-    // epoch 0.5 (step 5), so the LRs part at step 5, and the check after step 6 sees it.
-    let other = ranks(1, &out, &["--set", "schedule.milestones=0.1"]);
+    // Rank 1 starts from another base LR (a run setting: plugin parameters that differ are
+    // refused at start-up, see rank_faults.rs), so the LRs part at step 0, and the check after
+    // step 2 sees it.
+    let other = ranks(1, &out, &["--base-lr", "0.2"]);
     let o = mpirun(&[ranks(1, &out, &[]), other]);
     assert!(!o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(
         err.contains(
-            "consistency check failed at step 6: the policy outputs (lr, batch, ε, layer-rate \
+            "consistency check failed at step 2: the policy outputs (lr, batch, ε, layer-rate \
              multipliers) of rank 1"
         ),
         "{err}"

@@ -135,6 +135,15 @@ pub struct Invocation {
     /// One rank made slower on purpose (none in checkpoints written before it existed).
     #[serde(default)]
     pub slow: Option<Slowdown>,
+    /// Checkpoint generations kept in `out` (`--keep-checkpoints`, at least 1; 2 in
+    /// checkpoints written before it existed).
+    #[serde(default = "default_keep_checkpoints")]
+    pub keep_checkpoints: u32,
+}
+
+/// `--keep-checkpoints`' default: the newest generation and one to fall back to.
+pub fn default_keep_checkpoints() -> u32 {
+    2
 }
 
 impl TrainConfig {
@@ -290,6 +299,7 @@ mod tests {
                 allreduce: Algorithm::Mpi,
                 consistency_every: 100,
                 slow: None,
+                keep_checkpoints: 2,
             },
         };
         let v = serde_json::to_value(&c).unwrap();
@@ -303,6 +313,7 @@ mod tests {
         old.as_object_mut().unwrap().remove("mixed_precision");
         old.as_object_mut().unwrap().remove("mode");
         old.as_object_mut().unwrap().remove("slow");
+        old.as_object_mut().unwrap().remove("keep_checkpoints");
         // ... and before `local_clip_norm`, when `error_feedback` was a switch.
         old.as_object_mut().unwrap().remove("local_clip_norm");
         old["error_feedback"] = serde_json::Value::Bool(false);

@@ -174,6 +174,7 @@ fn train_config(setup: &Setup, out: &std::path::Path, precision: Precision) -> T
             allreduce: Algorithm::Mpi,
             consistency_every: 100,
             slow: None,
+            keep_checkpoints: 2,
         },
     }
 }

@@ -344,23 +344,44 @@ impl Compressor {
         Ok(out)
     }
 
-    /// Restores this rank's error-feedback state from a checkpoint's tensors.
-    pub fn restore(&mut self, tensors: &[(String, Tensor)], rank: usize) -> Result<()> {
+    /// Restores this rank's error-feedback state from a checkpoint's tensors, written by any
+    /// number of ranks: on `size` ranks, rank r takes the sum of the saved ranks r, r + size,
+    /// r + 2·size …, and a rank the checkpoint did not have starts from zero. Residuals and
+    /// velocities enter the update only through their sum over the ranks, so that sum (what is
+    /// still owed to the model) survives a resume on fewer or more ranks, as after a lost rank.
+    pub fn restore(
+        &mut self,
+        tensors: &[(String, Tensor)],
+        rank: usize,
+        size: usize,
+    ) -> Result<()> {
         let Some(m) = &mut self.memory else {
             return Ok(());
         };
+        let saved_ranks = (0..)
+            .take_while(|r| {
+                let key = format!("{RESIDUAL_PREFIX}rank{r}.bucket0");
+                tensors.iter().any(|(n, _)| *n == key)
+            })
+            .count()
+            .max(1);
         let (residuals, velocities) = m.state_mut();
         for (prefix, what, state) in [
             (RESIDUAL_PREFIX, "error-feedback residual", residuals),
             (VELOCITY_PREFIX, "momentum-correction velocity", velocities),
         ] {
             for (b, r) in state.iter_mut().enumerate() {
-                *r = saved_bucket(
-                    tensors,
-                    &format!("{prefix}rank{rank}.bucket{b}"),
-                    what,
-                    r.len(),
-                )?;
+                let mut sum = vec![0.0f32; r.len()];
+                for saved in (rank..saved_ranks).step_by(size.max(1)) {
+                    let key = format!("{prefix}rank{saved}.bucket{b}");
+                    for (s, v) in sum
+                        .iter_mut()
+                        .zip(saved_bucket(tensors, &key, what, r.len())?)
+                    {
+                        *s += v;
+                    }
+                }
+                *r = sum;
             }
         }
         Ok(())
@@ -380,8 +401,8 @@ fn saved_bucket(
         .map(|(_, t)| t)
         .ok_or_else(|| {
             Error::Checkpoint(format!(
-                "no {what} `{key}`: the checkpoint was written with another --error-feedback, \
-                 with fewer ranks or another bucket layout"
+                "no {what} `{key}`: the checkpoint was written with another --error-feedback \
+                 or another bucket layout"
             ))
         })?;
     let v = Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1))?;

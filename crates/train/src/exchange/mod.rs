@@ -251,9 +251,14 @@ impl GradientExchange {
     }
 
     /// Restores this rank's codec state from a checkpoint's tensors.
-    pub fn restore(&mut self, tensors: &[(String, Tensor)], rank: usize) -> Result<()> {
+    pub fn restore(
+        &mut self,
+        tensors: &[(String, Tensor)],
+        rank: usize,
+        size: usize,
+    ) -> Result<()> {
         match &mut self.compressor {
-            Some(c) => c.restore(tensors, rank),
+            Some(c) => c.restore(tensors, rank, size),
             None => Ok(()),
         }
     }
