@@ -181,6 +181,20 @@ impl World {
         Ok(flags.iter().position(|&f| f != 0))
     }
 
+    /// The message of the lowest rank that has one, with that rank, on every rank alike
+    /// (`None` when no rank has one): how every rank stops with the same words after a fault
+    /// that struck only some of them. One byte all-gather; every rank must call it.
+    pub fn first_message(&self, mine: Option<&str>) -> Result<Option<(usize, String)>> {
+        // A leading byte tells "no message" from an empty one.
+        let bytes: Vec<u8> = mine.map_or_else(Vec::new, |m| [&[1u8][..], m.as_bytes()].concat());
+        let (all, _) = self.all_gather_bytes(&bytes)?;
+        Ok(all
+            .into_iter()
+            .enumerate()
+            .find(|(_, b)| !b.is_empty())
+            .map(|(rank, b)| (rank, String::from_utf8_lossy(&b[1..]).into_owned())))
+    }
+
     fn all_reduce<E: Format>(&mut self, algo: Algorithm, buf: &mut [E::Stored]) -> Result<Traffic> {
         let start = Instant::now();
         let (torus_shape, ranks_per_node) = (self.torus_shape, self.ranks_per_node);
@@ -467,5 +481,11 @@ mod tests {
         );
         assert_eq!(w.agree_failure(false).unwrap(), None);
         assert_eq!(w.agree_failure(true).unwrap(), Some(0));
+        assert_eq!(w.first_message(None).unwrap(), None);
+        assert_eq!(w.first_message(Some("")).unwrap(), Some((0, String::new())));
+        assert_eq!(
+            w.first_message(Some("trapped")).unwrap(),
+            Some((0, "trapped".to_string()))
+        );
     }
 }

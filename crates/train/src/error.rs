@@ -118,6 +118,31 @@ pub enum Error {
         /// What stopped it.
         fault: Box<Error>,
     },
+    /// A fault on one rank, as every rank reports it: the lowest faulting rank's message.
+    #[error("rank {rank}: {message}")]
+    OnRank {
+        /// The lowest rank that faulted.
+        rank: usize,
+        /// Its fault, as it printed it.
+        message: String,
+    },
+    /// What a rank that did not fault knows of a fault elsewhere, before the ranks share the
+    /// faulting rank's message.
+    #[error("the {what} failed on rank {rank} at step {step}; see that rank's error")]
+    Elsewhere {
+        /// The lowest rank that faulted.
+        rank: usize,
+        /// Which calls faulted.
+        what: String,
+        /// The step.
+        step: u64,
+    },
+    /// The ranks loaded different plugins or parameters: each would decide its own steps.
+    #[error(
+        "the ranks did not load the same plugins (every rank must be given the same plugin flags and --set): {}",
+        .0.join("; ")
+    )]
+    PluginsDiffer(Vec<String>),
     /// libtorch refused an operation.
     #[error(transparent)]
     Torch(#[from] tch::TchError),

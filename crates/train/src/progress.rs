@@ -65,6 +65,14 @@ impl Progress {
         self.last_line = Instant::now();
     }
 
+    /// A warning: printed like [`Progress::line`], and even when quiet.
+    pub fn warn(&mut self, text: &str) {
+        match &self.bar {
+            Some(b) => b.println(text),
+            None => eprintln!("{text}"),
+        }
+    }
+
     /// Removes the bar.
     pub fn finish(&mut self) {
         if let Some(b) = self.bar.take() {

@@ -130,6 +130,8 @@ impl<'w> Trainer<'w> {
         reporting: Reporting,
     ) -> Result<Self> {
         config.validate()?;
+        let plugins = plugin_records(&policies);
+        same_plugins(world, &plugins)?;
         tune_malloc();
         tch::set_num_threads(config.invocation.threads as i32);
         let (run, device) = (&config.run, device(config.invocation.device)?);
@@ -162,7 +164,7 @@ impl<'w> Trainer<'w> {
             )))?;
         }
         let mut trainer = Trainer {
-            plugins: plugin_records(&policies),
+            plugins,
             order: SampleOrder::new(run.seed, data.train.len),
             progress: Progress::new(0, true),
             metrics: Metrics(None),
@@ -186,7 +188,9 @@ impl<'w> Trainer<'w> {
             staleness: Default::default(),
             tensors,
         };
-        let resumed_at = resume.map(|path| trainer.resume(path)).transpose()?;
+        let resumed_at = resume
+            .map(|path| trainer.resume(path, reporting.quiet))
+            .transpose()?;
         let root = trainer.world.is_root();
         if root {
             let inv = &trainer.config.invocation;
@@ -264,13 +268,12 @@ impl<'w> Trainer<'w> {
         }
     }
 
-    /// Phase 1: the policies' decision for the next step.
+    /// Phase 1: the policies' decision for the next step. With several ranks they agree on
+    /// whether any rank's policies faulted (a deterministic plugin faults on every rank alike,
+    /// but a wall-clock backstop or a memory cap may strike one rank only), and all stop if so.
     pub fn decide(&mut self) -> Result<Decision> {
-        match self.policies.decide(&self.clock) {
-            Ok(d) => Ok(d),
-            // Policies are deterministic, so every rank meets the same fault here.
-            Err(fault) => Err(self.stop(fault.into())),
-        }
+        let decided = self.policies.decide(&self.clock).map_err(Error::from);
+        self.agreed("policies", decided)
     }
 
     /// Phase 2: the global batch `decision` asks for, from the shared sample order, and this
@@ -369,8 +372,8 @@ impl<'w> Trainer<'w> {
     /// Phase 5a: the layer-rate policy's multiplier of each tensor, from the norms of the
     /// weights, the summed gradients and the optimizer's update (empty without a layer-rate
     /// plugin). A fault stops the run through [`Trainer::stop`] with the state before this
-    /// step: the exchange's error-feedback residuals are rolled back first. Every rank sees
-    /// the same norms, so every rank meets the same fault.
+    /// step: the exchange's error-feedback residuals are rolled back first. The ranks agree on
+    /// a fault as in [`Trainer::decide`].
     pub fn layer_rates(&mut self, decision: &Decision) -> Result<Vec<f64>> {
         if self.policies.get(PolicyKind::LayerRate).is_none() {
             return Ok(Vec::new());
@@ -391,13 +394,16 @@ impl<'w> Trainer<'w> {
                 weight_decay: wd,
             })
             .collect();
-        match self.policies.layer_rates(&decision.state, &records) {
-            Ok(scales) => Ok(scales.unwrap_or_default()),
-            Err(fault) => {
-                self.gradients.rollback();
-                Err(self.stop(fault.into()))
-            }
+        let rates = self
+            .policies
+            .layer_rates(&decision.state, &records)
+            .map(Option::unwrap_or_default)
+            .map_err(Error::from);
+        let agreed = self.agreed("layer-rate policy", rates);
+        if agreed.is_err() {
+            self.gradients.rollback();
         }
+        agreed
     }
 
     /// Phase 5b: the optimizer's update at the decided learning rate, each tensor's scaled by
@@ -630,13 +636,24 @@ impl<'w> Trainer<'w> {
     }
 
     /// After a plugin fault: flushes the metrics, saves the state before the current step and
-    /// returns the fault with where that state went (or the error that prevented saving).
+    /// returns the fault with where that state went (or the error that prevented saving). With
+    /// several ranks every rank must call it (the faults are agreed first): the save is a
+    /// collective, and every rank returns the same error, the lowest faulting rank's fault
+    /// prefixed by its rank, and rank 0's checkpoint path or save error.
     pub fn stop(&mut self, fault: Error) -> Error {
         let saved = self
             .metrics
             .flush()
             .and_then(|()| self.save("plugin fault"));
         self.progress.finish();
+        let (fault, saved) = if self.agrees() {
+            match self.shared_stop(fault, saved) {
+                Ok(shared) => shared,
+                Err(e) => return e,
+            }
+        } else {
+            (fault, saved)
+        };
         match saved {
             Ok(saved) => Error::Stopped {
                 step: self.clock.step(),
@@ -647,10 +664,113 @@ impl<'w> Trainer<'w> {
         }
     }
 
-    /// Continues the checkpoint at `path`: checks it belongs to this run, restores weights,
-    /// optimizer, codec state and clock; returns the step it was taken at.
-    fn resume(&mut self, path: &Path) -> Result<u64> {
-        let (meta, tensors) = checkpoint::load(path)?;
+    /// Whether faults must be agreed between ranks: a synchronous run on several ranks (in
+    /// `--mode async` only the server calls the policies, and stops the workers itself).
+    fn agrees(&self) -> bool {
+        self.world.size() > 1 && self.config.run.mode == Mode::Sync
+    }
+
+    /// `outcome` of this rank's `what` calls, once the ranks agree: one all-gather of a flag
+    /// (none on one rank), and if any rank faulted, every rank stops through [`Trainer::stop`].
+    fn agreed<T>(&mut self, what: &str, outcome: Result<T>) -> Result<T> {
+        self.report_held();
+        if !self.agrees() {
+            return outcome.map_err(|fault| self.stop(fault));
+        }
+        match (self.world.agree_failure(outcome.is_err())?, outcome) {
+            (_, Err(fault)) => Err(self.stop(fault)),
+            (Some(rank), Ok(_)) => {
+                let step = self.clock.step();
+                let what = what.to_string();
+                Err(self.stop(Error::Elsewhere { rank, what, step }))
+            }
+            (None, Ok(v)) => Ok(v),
+        }
+    }
+
+    /// Warns (rank 0) of every fault `--on-plugin-fault hold-last` absorbed since the last
+    /// call. Policies are deterministic, so every rank held the same output; the consistency
+    /// check catches the case where they did not.
+    fn report_held(&mut self) {
+        for held in self.policies.take_held() {
+            if self.world.is_root() {
+                self.progress.warn(&format!(
+                    "warning: {}\n  --on-plugin-fault hold-last kept its last good output \
+                     ({} fault(s) in a row); a fresh instance answers the next call",
+                    held.fault, held.in_a_row
+                ));
+            }
+        }
+    }
+
+    /// [`Trainer::stop`]'s agreement: the lowest rank whose fault is its own (not news of
+    /// another rank's) gives every rank its message, and rank 0 gives the checkpoint's path or
+    /// why it could not be saved. Faults every rank met alike (payload lengths that disagree)
+    /// stay as they are.
+    fn shared_stop(
+        &mut self,
+        fault: Error,
+        saved: Result<PathBuf>,
+    ) -> Result<(Error, Result<PathBuf>)> {
+        let own = !matches!(fault, Error::Elsewhere { .. } | Error::Exchange(_));
+        let message = own.then(|| fault.to_string());
+        let fault = match self.world.first_message(message.as_deref())? {
+            Some((rank, message)) => Error::OnRank { rank, message },
+            None => fault,
+        };
+        // `1` and the path, or `0` and the error.
+        let mut root = match &saved {
+            Ok(path) => [b"1", path.as_os_str().as_encoded_bytes()].concat(),
+            Err(e) => [b"0", e.to_string().as_bytes()].concat(),
+        };
+        self.world.broadcast_bytes(&mut root)?;
+        let text = String::from_utf8_lossy(&root[1..]).into_owned();
+        let saved = match root.first() {
+            Some(b'1') => Ok(PathBuf::from(text)),
+            _ => Err(Error::OnRank {
+                rank: 0,
+                message: format!("cannot save the state after the fault: {text}"),
+            }),
+        };
+        Ok((fault, saved))
+    }
+
+    /// Continues the checkpoint at `path` (a run directory: its newest valid one): checks it
+    /// belongs to this run, restores weights, optimizer, codec state and clock; returns the
+    /// step it was taken at. Rank 0 says which checkpoint it used and why it skipped newer
+    /// ones (even when `quiet`: a skip means lost steps).
+    fn resume(&mut self, path: &Path, quiet: bool) -> Result<u64> {
+        let checkpoint::Loaded {
+            meta,
+            tensors,
+            json,
+            skipped,
+        } = checkpoint::resolve(path)?;
+        if self.world.is_root() {
+            let name = |p: &Path| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            for s in &skipped {
+                eprintln!("resume: skipped {}: {}", name(&s.json), s.reason);
+            }
+            if !quiet || !skipped.is_empty() {
+                eprintln!(
+                    "resume: using {} (step {}, {}){}",
+                    json.display(),
+                    meta.step,
+                    meta.reason,
+                    if skipped.is_empty() {
+                        ""
+                    } else {
+                        ", the newest valid checkpoint"
+                    }
+                );
+            }
+        }
+        let path = json.as_path();
         self.check_resumable(&meta, path)?;
         let cannot =
             |e: Error| Error::Checkpoint(format!("cannot restore {}: {e}", path.display()));
@@ -659,7 +779,7 @@ impl<'w> Trainer<'w> {
             .load_state(&tensors, meta.last_lr)
             .map_err(cannot)?;
         self.gradients
-            .restore(&tensors, self.world.rank())
+            .restore(&tensors, self.world.rank(), self.world.size())
             .map_err(cannot)?;
         self.clock = Clock::resume(
             *self.clock.shape(),
@@ -811,6 +931,88 @@ fn plugin_records(policies: &PolicySet) -> Vec<PluginRecord> {
                 .collect(),
         })
         .collect()
+}
+
+/// Refuses, on every rank alike, ranks that loaded different plugins or parameters (an MPMD
+/// launch, or flags that differ per rank): one all-gather of a digest of each rank's plugins,
+/// then, on a mismatch only, of their records, to name the ranks and what differs.
+fn same_plugins(world: &World, plugins: &[PluginRecord]) -> Result<()> {
+    if world.size() == 1 {
+        return Ok(());
+    }
+    // The file's path may differ between ranks; its contents and parameters may not.
+    let identity: Vec<_> = plugins
+        .iter()
+        .map(|p| (&p.kind, &p.blake3, &p.params))
+        .collect();
+    let bytes = serde_json::to_vec(&identity).expect("strings serialize");
+    let digests = world.all_gather_u64(parallel::bytes_digest(std::iter::once(&bytes[..])))?;
+    if digests.iter().all(|&d| d == digests[0]) {
+        return Ok(());
+    }
+    let mine = serde_json::to_vec(plugins).expect("records serialize");
+    let (all, _) = world.all_gather_bytes(&mine)?;
+    let all: Vec<Vec<PluginRecord>> = all
+        .iter()
+        .map(|b| serde_json::from_slice(b))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| Error::Config(format!("cannot compare the ranks' plugins: {e}")))?;
+    let mut problems = Vec::new();
+    for (rank, theirs) in all.iter().enumerate().skip(1) {
+        if digests[rank] != digests[0] {
+            problems.extend(plugin_differences(rank, theirs, &all[0]));
+        }
+    }
+    Err(Error::PluginsDiffer(problems))
+}
+
+/// How rank `rank`'s plugins differ from rank 0's, one line per plugin kind: "schedule: rank
+/// 1 runs bad-schedule.wasm with mode=trap, rank 0 with mode=ok".
+fn plugin_differences(rank: usize, theirs: &[PluginRecord], root: &[PluginRecord]) -> Vec<String> {
+    fn find<'a>(records: &'a [PluginRecord], kind: &str) -> Option<&'a PluginRecord> {
+        records.iter().find(|p| p.kind == kind)
+    }
+    let short = |p: &PluginRecord| p.blake3[..12.min(p.blake3.len())].to_string();
+    let mut kinds: Vec<&str> = theirs.iter().chain(root).map(|p| p.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let mut out = Vec::new();
+    for kind in kinds {
+        out.push(match (find(theirs, kind), find(root, kind)) {
+            (Some(a), Some(b)) if a.blake3 == b.blake3 => {
+                if a.params == b.params {
+                    continue;
+                }
+                format!(
+                    "{kind}: rank {rank} runs {} with {}, rank 0 with {}",
+                    a.file,
+                    params_not_in(a, b),
+                    params_not_in(b, a)
+                )
+            }
+            (Some(a), Some(b)) => format!(
+                "{kind}: rank {rank} runs {} (blake3 {}…), rank 0 runs {} (blake3 {}…)",
+                a.file,
+                short(a),
+                b.file,
+                short(b)
+            ),
+            (Some(a), None) => format!("{kind}: rank {rank} runs {}, rank 0 none", a.file),
+            (None, Some(b)) => format!("{kind}: rank {rank} runs none, rank 0 runs {}", b.file),
+            (None, None) => continue,
+        });
+    }
+    out
+}
+
+/// `a`'s parameters whose values `b` does not share, as `name=value, …`.
+fn params_not_in(a: &PluginRecord, b: &PluginRecord) -> String {
+    a.params
+        .iter()
+        .filter(|p| !b.params.contains(p))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The gradient exchange of `opt`'s parameters (bucket size, all-reduce, codec, error
