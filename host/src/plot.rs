@@ -40,13 +40,13 @@ pub fn metrics_panels(records: &[Record]) -> Vec<Panel> {
     let steps = || {
         records.iter().filter_map(|r| match r {
             Record::Step(s) => Some(s),
-            Record::Eval(_) => None,
+            _ => None,
         })
     };
     let evals = || {
         records.iter().filter_map(|r| match r {
             Record::Eval(e) => Some(e),
-            Record::Step(_) => None,
+            _ => None,
         })
     };
     let panel = |title: &str, points: Vec<(f64, f64)>| Panel {

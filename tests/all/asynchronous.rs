@@ -77,7 +77,7 @@ fn last_accuracy(out: &Path) -> f64 {
         .into_iter()
         .filter_map(|r| match r {
             Record::Eval(e) => Some(e.test_acc),
-            Record::Step(_) => None,
+            _ => None,
         })
         .next_back()
         .expect("an evaluation after each epoch")

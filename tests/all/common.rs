@@ -187,7 +187,7 @@ pub fn steps(out: &Path) -> Vec<metrics::StepRecord> {
         .into_iter()
         .filter_map(|r| match r {
             Record::Step(s) => Some(s),
-            Record::Eval(_) => None,
+            _ => None,
         })
         .collect()
 }

@@ -1,6 +1,8 @@
 //! `OUT/metrics.jsonl`: one JSON object per step and one per evaluation, told apart by `kind`,
 //! and optionally the same as `metrics.csv` (steps) and `eval.csv` (evaluations). A resumed
 //! run first drops the records past its checkpoint, so the file never holds a step twice.
+//! `lsgd-host launch` adds one `restart` record each time it restarts the job after a lost
+//! rank; they describe the job rather than the training, so a resumed run keeps them all.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -76,6 +78,27 @@ pub struct EvalRecord {
     pub elapsed_s: f64,
 }
 
+/// `lsgd-host launch` restarted the job after losing ranks (written before the restart).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RestartRecord {
+    /// 1 for the first restart.
+    pub attempt: u32,
+    /// The ranks Open MPI reported lost, numbered in the world that lost them.
+    pub lost_ranks: Vec<u32>,
+    /// The signal that ended them (absent when a rank exited without one, e.g. improperly).
+    pub signal: Option<i32>,
+    /// Ranks before the loss.
+    pub world_size_before: u32,
+    /// Ranks of the restarted job.
+    pub world_size_after: u32,
+    /// The step the restarted job resumes from (0: no checkpoint yet, it starts over).
+    pub resumed_step: u64,
+    /// Seconds since the Unix epoch when the launcher restarted the job.
+    pub unix_s: f64,
+    /// Seconds since `launch` started.
+    pub elapsed_s: f64,
+}
+
 /// A line of metrics.jsonl.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -84,6 +107,8 @@ pub enum Record {
     Step(StepRecord),
     /// An evaluation.
     Eval(EvalRecord),
+    /// A restart by `lsgd-host launch`.
+    Restart(RestartRecord),
 }
 
 impl Record {
@@ -91,6 +116,7 @@ impl Record {
         match self {
             Record::Step(s) => s.step + 1,
             Record::Eval(e) => e.step,
+            Record::Restart(r) => r.resumed_step,
         }
     }
 }
@@ -113,7 +139,7 @@ pub fn read(path: &Path) -> Result<Vec<Record>> {
             let line = line.map_err(Error::io(format!("cannot read {}", path.display())))?;
             serde_json::from_str(&line).map_err(|source| Error::Json {
                 context: format!(
-                    "{}:{}: not a metrics record (expected a JSON object with \"kind\": \"step\" or \"eval\")",
+                    "{}:{}: not a metrics record (expected a JSON object with \"kind\": \"step\", \"eval\" or \"restart\")",
                     path.display(),
                     i + 1
                 ),
@@ -133,14 +159,22 @@ pub struct MetricsWriter {
 
 impl MetricsWriter {
     /// Opens `dir/metrics.jsonl` (and the CSV files when `csv`): fresh for a new run, or kept
-    /// up to and including step `resume_step` for a resumed one.
+    /// up to and including step `resume_step` for a resumed one. Restart records survive a
+    /// resume, and a new run when they are all the file holds: `launch` clears a failed
+    /// attempt's steps before it starts the job over without a checkpoint.
     pub fn open(dir: &Path, csv: bool, resume_step: Option<u64>) -> Result<Self> {
         let path = dir.join("metrics.jsonl");
+        let restart = |r: &Record| matches!(r, Record::Restart(_));
         let kept = match resume_step {
             Some(step) if path.exists() => read(&path)?
                 .into_iter()
-                .filter(|r| r.step() <= step)
+                .filter(|r| restart(r) || r.step() <= step)
                 .collect(),
+            // A new run starts over whatever an earlier one left, readable or not.
+            None => read(&path)
+                .ok()
+                .filter(|records| records.iter().all(restart))
+                .unwrap_or_default(),
             _ => Vec::new(),
         };
         // Written beside and renamed over the old file, so a crash here loses nothing.
@@ -207,6 +241,8 @@ impl MetricsWriter {
                     "{},{},{},{},{}",
                     e.step, e.epoch, e.test_loss, e.test_acc, e.elapsed_s
                 )?,
+                // The CSV files hold the training only.
+                Record::Restart(_) => {}
             }
         }
         Ok(())

@@ -5,12 +5,17 @@ mod args;
 mod bench;
 mod compare;
 mod inspect;
+mod launch;
 mod new;
 mod plot;
 mod run;
 mod selftest;
 mod simulate;
 mod trace;
+
+// The parsers of user-written settings, public for the property tests (tests/all/fuzz.rs).
+pub use args::parse_settings;
+pub use run::config_args;
 
 use std::process::ExitCode;
 
@@ -57,6 +62,9 @@ pub struct Cli {
 enum Command {
     /// Train a model; the LR, batch size and label smoothing come from policy plugins.
     Run(Box<run::RunArgs>),
+    /// Run `run` under mpirun on N ranks; after lost ranks, restart from the newest checkpoint
+    /// on those left (down to --min-np), up to --max-restarts times.
+    Launch(launch::LaunchArgs),
     /// Plot a run's metrics.jsonl: losses, accuracy, LR, batch, ε.
     Plot(plot::PlotArgs),
     /// Print the policies' outputs at every step of a run, without training.
@@ -79,7 +87,7 @@ enum Command {
 /// Parses the command line; for `run --config FILE`, parses again with the file's settings
 /// placed before the command line's flags, which therefore win.
 fn parse() -> anyhow::Result<Cli> {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(launch::spell_np(std::env::args_os()));
     let Command::Run(args) = &cli.command else {
         return Ok(cli);
     };
@@ -100,6 +108,7 @@ fn parse() -> anyhow::Result<Cli> {
 pub fn main() -> ExitCode {
     let outcome = parse().and_then(|cli| match cli.command {
         Command::Run(a) => run::run(*a).map(|()| true),
+        Command::Launch(a) => launch::run(a),
         Command::Plot(a) => plot::run(a).map(|()| true),
         Command::Trace(a) => trace::run(a).map(|()| true),
         Command::Inspect(a) => inspect::run(a).map(|()| true),

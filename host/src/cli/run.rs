@@ -2,17 +2,42 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use super::args::{LimitArgs, PolicyArgs};
 use crate::collective::{Algorithm, World};
 use crate::model::{Arch, ModelSpec};
 use crate::optim::{AdamWConfig, OptimizerKind, SgdConfig, SgdForm};
+use crate::policy::OnFault;
 use crate::precision::{MixedPrecision, Precision};
 use crate::train::config::{Mode, Slowdown};
 use crate::train::exchange::ErrorFeedback;
 use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
+
+/// `--on-plugin-fault`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum FaultAction {
+    /// Stop the run after a checkpoint.
+    Abort,
+    /// Keep the last good output, recreate the instance, go on.
+    HoldLast,
+}
+
+impl RunArgs {
+    /// The policies' fault handling the flags ask for.
+    fn on_fault(&self) -> Result<OnFault> {
+        Ok(match self.on_plugin_fault {
+            FaultAction::Abort => OnFault::Abort,
+            FaultAction::HoldLast if self.max_plugin_faults < 2 => {
+                bail!("--max-plugin-faults must be at least 2 with --on-plugin-fault hold-last")
+            }
+            FaultAction::HoldLast => OnFault::HoldLast {
+                max_in_a_row: self.max_plugin_faults,
+            },
+        })
+    }
+}
 
 /// Arguments of `run`. Every flag can also be a key of the `--config` TOML file.
 #[derive(Args, Debug)]
@@ -25,6 +50,15 @@ pub struct RunArgs {
     policies: PolicyArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    /// What a policy plugin's fault does (a trap, its budget spent, an invalid output): `abort`
+    /// stops the run after a checkpoint; `hold-last` keeps the plugin's last good output for
+    /// that step, recreates its instance and goes on (codec faults always abort).
+    #[arg(long, value_enum, default_value_t = FaultAction::Abort)]
+    on_plugin_fault: FaultAction,
+    /// With `--on-plugin-fault hold-last`: faults in a row of one plugin at which the run
+    /// stops anyway.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    max_plugin_faults: u32,
     /// Network to train.
     #[arg(long, value_enum, default_value_t = Arch::Cnn)]
     model: Arch,
@@ -116,6 +150,11 @@ pub struct RunArgs {
     /// Write a checkpoint every N steps (0: only at the end and on a plugin fault).
     #[arg(long, default_value_t = 0, value_name = "N")]
     checkpoint_every: u64,
+    /// Keep the newest K checkpoints in --out (K >= 1); older ones are removed once a new one
+    /// is safely on disk.
+    #[arg(long, default_value_t = 2, value_name = "K",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    keep_checkpoints: u32,
     /// Stop with a checkpoint once N steps have been taken (resume later with --resume).
     #[arg(long, value_name = "N")]
     stop_after_steps: Option<u64>,
@@ -188,6 +227,7 @@ impl RunArgs {
                     .slow_rank
                     .zip(self.slow_ms)
                     .map(|(rank, ms)| Slowdown { rank, ms }),
+                keep_checkpoints: self.keep_checkpoints,
             },
         }
     }
@@ -242,7 +282,8 @@ pub fn run(args: RunArgs) -> Result<()> {
     let mut world = World::init()?;
     world.set_torus_shape(args.torus_shape)?;
     let runtime = args.limits.runtime()?;
-    let policies = args.policies.load(&runtime, args.limits.bounds())?;
+    let mut policies = args.policies.load(&runtime, args.limits.bounds())?;
+    policies.set_on_fault(args.on_fault()?);
     let summary = train::run_in(
         &mut world,
         &config,
