@@ -65,14 +65,21 @@ impl TensorSlice {
     }
 
     /// Row length prod(shape[1..]) (1 for a vector or scalar): the slice is `len / cols` whole
-    /// rows of the tensor viewed as a matrix.
+    /// rows of the tensor viewed as a matrix. A product above `u32::MAX` (a shape no bucket can
+    /// hold a row of, so only a hostile meta has one) saturates rather than overflowing.
     pub fn cols(&self) -> u32 {
-        self.shape.iter().skip(1).product::<u32>().max(1)
+        let cols = self
+            .shape
+            .iter()
+            .skip(1)
+            .fold(1u64, |a, &d| a.saturating_mul(u64::from(d)));
+        cols.clamp(1, u64::from(u32::MAX)) as u32
     }
 
-    /// The bucket range of this slice.
+    /// The bucket range of this slice (saturating, so a hostile offset cannot overflow).
     pub fn range(&self) -> core::ops::Range<usize> {
-        self.bucket_offset as usize..(self.bucket_offset + self.len) as usize
+        let start = self.bucket_offset as usize;
+        start..start.saturating_add(self.len as usize)
     }
 }
 
