@@ -62,8 +62,16 @@ impl Policy for BadCodec {
                 ParamSpec::choice(
                     "mode",
                     &[
-                        "ok", "trap", "refuse", "short", "uneven", "rounds", "loop", "slow",
-                        "huge-decode", "huge-encode",
+                        "ok",
+                        "trap",
+                        "refuse",
+                        "short",
+                        "uneven",
+                        "rounds",
+                        "loop",
+                        "slow",
+                        "huge-decode",
+                        "huge-encode",
                     ],
                     "ok (identity); trap (panic in encode); refuse (decode returns an error); \
                      short (decode returns one float too few); uneven (a summable payload longer \
