@@ -2,18 +2,11 @@
 //! real data reports throughput and communication for each, their ratio, and the world the
 //! Python side actually ran in. Nothing is asserted about which side is faster.
 
-use crate::common::{lsgd, stderr, stdout};
-
-/// Whether an executable named `name` is in one of `$PATH`'s directories.
-fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|dir| dir.join(name).is_file()))
-}
+use crate::common::{lsgd, no_mpirun, stderr, stdout};
 
 #[test]
 fn bench_ddp_reports_both_sides_and_their_communication() {
-    if !on_path("mpirun") {
-        eprintln!("skipped: no mpirun on PATH (Open MPI; scripts/setup.sh installs it)");
+    if no_mpirun() {
         return;
     }
     let o = lsgd(&[

@@ -499,12 +499,6 @@ fn a_json_naming_a_tensor_file_elsewhere_is_skipped_unread() {
     assert!(e.contains("checkpoint-00000005.json (step 5"), "{e}");
 }
 
-/// Whether an executable named `name` is in one of `$PATH`'s directories.
-fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|dir| dir.join(name).is_file()))
-}
-
 /// `mpirun -np N lsgd-host` with the tiny job's flags at global batch 48 (8 steps; divisible
 /// by 3 and by 2), plus `extra`.
 fn mpirun_tiny(n: usize, out: &Path, extra: &[&str]) -> Command {
@@ -528,8 +522,7 @@ fn mpirun_tiny(n: usize, out: &Path, extra: &[&str]) -> Command {
 
 #[test]
 fn killing_rank_0_mid_checkpoint_ends_the_job_and_the_checkpoint_resumes_on_3_and_2_ranks() {
-    if !on_path("mpirun") {
-        eprintln!("skipped: no mpirun on PATH (Open MPI; scripts/setup.sh installs it)");
+    if no_mpirun() {
         return;
     }
     let out = scratch("ckpt-mpi");

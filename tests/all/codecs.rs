@@ -518,12 +518,7 @@ fn saved(out: &std::path::Path, prefix: &str) -> Vec<(String, Vec<f32>)> {
 /// sum of the two, which is all the update ever sees of them.
 #[test]
 fn error_feedback_residuals_are_summed_when_a_resume_has_fewer_ranks() {
-    if std::process::Command::new("mpirun")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: no mpirun");
+    if no_mpirun() {
         return;
     }
     let out = scratch("codec-ef-fewer-ranks");

@@ -191,3 +191,49 @@ pub fn steps(out: &Path) -> Vec<metrics::StepRecord> {
         })
         .collect()
 }
+
+/// Whether an executable named `name` is in one of `$PATH`'s directories.
+pub fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|dir| dir.join(name).is_file()))
+}
+
+/// Whether mpirun is missing (then the test says so and passes).
+pub fn no_mpirun() -> bool {
+    let missing = !on_path("mpirun");
+    if missing {
+        eprintln!("skipped: no mpirun on PATH (Open MPI; scripts/setup.sh installs it)");
+    }
+    missing
+}
+
+/// The pid of rank `rank` among `root`'s descendants (mpirun's children, or orted's), found
+/// by the rank Open MPI puts in each process's environment.
+pub fn rank_pid(root: u32, rank: usize) -> Option<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid …`: comm may hold spaces and parentheses.
+            let ppid = stat[stat.rfind(')')? + 2..]
+                .split(' ')
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut family = vec![root];
+    let mut i = 0;
+    while i < family.len() {
+        let p = family[i];
+        family.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    let wanted = format!("OMPI_COMM_WORLD_RANK={rank}");
+    family.into_iter().skip(1).find(|pid| {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_bytes()))
+    })
+}

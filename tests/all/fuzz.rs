@@ -28,7 +28,7 @@ mod harness;
 mod inputs;
 
 use harness::{check, fuzz, largest_allocation};
-use inputs::{Payloads, apply, data, encoding, meta, payloads};
+use inputs::{meta, payloads};
 
 #[global_allocator]
 static ALLOC: harness::Metered = harness::Metered;
@@ -58,22 +58,8 @@ fn sandboxed_codecs_refuse_hostile_payloads_as_their_native_builds_do() {
         let native = lsgd_codec::native(name, Vec::new()).unwrap().unwrap();
         let mut meta: Meta = meta;
         meta.round = native.properties().rounds - 1;
-        let payloads = match &plan {
-            Payloads::Random(p) => p.clone(),
-            Payloads::Mutated {
-                seed,
-                special,
-                mutations,
-            } => {
-                let x = data(meta.len, *seed, *special);
-                let Some(mut p) = encoding(native.as_ref(), &meta, &x) else {
-                    return Ok(());
-                };
-                for m in mutations {
-                    apply(&mut p, m);
-                }
-                p
-            }
+        let Some(payloads) = plan.build(native.as_ref(), &meta) else {
+            return Ok(());
         };
         let want = native.decode(&meta, &payloads);
         let got = plugins.borrow_mut()[i].decode(&meta, &payloads);

@@ -11,12 +11,6 @@ use lsgd_host::train::metrics::{self, Record, RestartRecord};
 
 use crate::common::*;
 
-/// Whether an executable named `name` is in one of `$PATH`'s directories.
-fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|dir| dir.join(name).is_file()))
-}
-
 /// A 1-epoch cnn job of 20 steps at global batch 60 (divisible by 3, 2 and 1 ranks).
 fn job(out: &Path, extra: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = [
@@ -132,17 +126,8 @@ impl Launched {
     /// SIGKILLs the process of MPI rank `rank` under this launcher: found in /proc by its
     /// environment (OMPI_COMM_WORLD_RANK) and a parent chain that leads to the launcher.
     fn kill_rank(&self, rank: u32) {
-        let wanted = format!("OMPI_COMM_WORLD_RANK={rank}");
         let launcher = self.child.id();
-        let pid = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .find(|&pid| {
-                std::fs::read(format!("/proc/{pid}/environ"))
-                    .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == wanted.as_bytes()))
-                    && descends_from(pid, launcher)
-            })
+        let pid = rank_pid(launcher, rank as usize)
             .unwrap_or_else(|| panic!("no process of rank {rank} under launch {launcher}"));
         let k = Command::new("kill")
             .args(["-9", &pid.to_string()])
@@ -150,27 +135,6 @@ impl Launched {
             .unwrap();
         assert!(k.success(), "kill -9 {pid}");
     }
-}
-
-/// Whether `pid`'s chain of parents reaches `ancestor`.
-fn descends_from(mut pid: u32, ancestor: u32) -> bool {
-    for _ in 0..16 {
-        // The parent is the 2nd field after the `(comm)` one, which may itself hold spaces.
-        let Some(parent) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(") ")?.1.split(' ').nth(1)?.parse().ok())
-        else {
-            return false;
-        };
-        if parent == ancestor {
-            return true;
-        }
-        if parent <= 1 {
-            return false;
-        }
-        pid = parent;
-    }
-    false
 }
 
 fn restarts(out: &Path) -> Vec<RestartRecord> {
@@ -186,8 +150,7 @@ fn restarts(out: &Path) -> Vec<RestartRecord> {
 
 #[test]
 fn a_rank_killed_under_launch_is_survived_on_the_ranks_left_from_the_newest_checkpoint() {
-    if !on_path("mpirun") {
-        eprintln!("skipped: no mpirun on PATH (Open MPI; scripts/setup.sh installs it)");
+    if no_mpirun() {
         return;
     }
     let dir = scratch("launch-survives");
@@ -251,8 +214,7 @@ fn a_rank_killed_under_launch_is_survived_on_the_ranks_left_from_the_newest_chec
 
 #[test]
 fn a_plugin_fault_under_launch_is_not_restarted() {
-    if !on_path("mpirun") {
-        eprintln!("skipped: no mpirun on PATH (Open MPI; scripts/setup.sh installs it)");
+    if no_mpirun() {
         return;
     }
     let dir = scratch("launch-plugin-fault");
@@ -284,8 +246,7 @@ fn a_plugin_fault_under_launch_is_not_restarted() {
 
 #[test]
 fn launch_with_max_restarts_0_gives_up_after_the_first_loss() {
-    if !on_path("mpirun") {
-        eprintln!("skipped: no mpirun on PATH (Open MPI; scripts/setup.sh installs it)");
+    if no_mpirun() {
         return;
     }
     let dir = scratch("launch-gives-up");

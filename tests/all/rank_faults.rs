@@ -10,25 +10,10 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{plugin_path, scratch, scratch_cache, steps};
+use crate::common::{no_mpirun, plugin_path, rank_pid, scratch, scratch_cache, steps};
 
 /// How long any of these jobs may take to stop after its fault.
 const BOUND: Duration = Duration::from_secs(30);
-
-/// Whether an executable named `name` is in one of `$PATH`'s directories.
-fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|dir| dir.join(name).is_file()))
-}
-
-/// Whether mpirun is missing (then the test says so and passes).
-fn no_mpirun() -> bool {
-    let missing = !on_path("mpirun");
-    if missing {
-        eprintln!("skipped: no mpirun on PATH (Open MPI; scripts/setup.sh installs it)");
-    }
-    missing
-}
 
 /// `-np N lsgd-host run` on the small cnn job: 480 samples at global batch 48 (10 steps an
 /// epoch; the batch splits over 2, 3 and 6 ranks), with `extra` flags.
@@ -384,37 +369,6 @@ fn ranks_started_with_different_plugin_parameters_are_refused_at_start() {
     );
     assert!(!message.contains("rank 2"), "{message}");
     assert!(!out.join("metrics.jsonl").exists());
-}
-
-/// The pid of rank `rank` among `root`'s descendants (mpirun's children, or orted's), found
-/// by the rank Open MPI puts in each process's environment.
-fn rank_pid(root: u32, rank: usize) -> Option<u32> {
-    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // `pid (comm) state ppid …`: comm may hold spaces and parentheses.
-            let ppid = stat[stat.rfind(')')? + 2..]
-                .split(' ')
-                .nth(1)?
-                .parse()
-                .ok()?;
-            Some((pid, ppid))
-        })
-        .collect();
-    let mut family = vec![root];
-    let mut i = 0;
-    while i < family.len() {
-        let p = family[i];
-        family.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-        i += 1;
-    }
-    let wanted = format!("OMPI_COMM_WORLD_RANK={rank}");
-    family.into_iter().skip(1).find(|pid| {
-        std::fs::read(format!("/proc/{pid}/environ"))
-            .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_bytes()))
-    })
 }
 
 /// `kill -9` of rank `victim` of a 3-rank run in which rank 2 sleeps 2 s before each gradient

@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use harness::{check, fuzz, largest_allocation};
-use inputs::{Payloads, apply, data, encoding, meta, payloads};
+use inputs::{Payloads, data, encoding, meta, payloads};
 
 #[global_allocator]
 static ALLOC: harness::Metered = harness::Metered;
@@ -115,22 +115,8 @@ fn decode_case(c: Case) -> Result<(), TestCaseError> {
     let rounds = codec.properties().rounds.max(1);
     let mut meta = c.meta;
     meta.round = rounds - 1;
-    let payloads = match &c.payloads {
-        Payloads::Random(p) => p.clone(),
-        Payloads::Mutated {
-            seed,
-            special,
-            mutations,
-        } => {
-            let x = data(meta.len, *seed, *special);
-            let Some(mut p) = encoding(codec.as_ref(), &meta, &x) else {
-                return Ok(());
-            };
-            for m in mutations {
-                apply(&mut p, m);
-            }
-            p
-        }
+    let Some(payloads) = c.payloads.build(codec.as_ref(), &meta) else {
+        return Ok(());
     };
     let (out, largest) = largest_allocation(|| codec.decode(&meta, &payloads));
     let input: usize = payloads.iter().map(Vec::len).sum();

@@ -131,6 +131,28 @@ pub enum Payloads {
     },
 }
 
+impl Payloads {
+    /// The payloads `codec` is to decode under `meta`; `None` when `codec` refuses to encode
+    /// the data of a `Mutated` plan (the case then has nothing to decode).
+    pub fn build(&self, codec: &dyn DynCodec, meta: &Meta) -> Option<Vec<Vec<u8>>> {
+        match self {
+            Payloads::Random(p) => Some(p.clone()),
+            Payloads::Mutated {
+                seed,
+                special,
+                mutations,
+            } => {
+                let x = data(meta.len, *seed, *special);
+                let mut p = encoding(codec, meta, &x)?;
+                for m in mutations {
+                    apply(&mut p, m);
+                }
+                Some(p)
+            }
+        }
+    }
+}
+
 pub fn payloads() -> impl Strategy<Value = Payloads> {
     prop_oneof![
         1 => prop::collection::vec(prop::collection::vec(any::<u8>(), 0..256), 0..3).prop_map(Payloads::Random),
