@@ -54,3 +54,9 @@ if [ "$want_full_torch" = 1 ] && { [ "$have_cudnn" = "-" ] || [ "$have_sympy" = 
   echo "setup: installing torch $TORCH_VERSION with all its dependencies into $LSGD_VENV" >&2
   pip_install "torch==$TORCH_VERSION"
 fi
+# The `tensorboard` package: `tensorboard --logdir out/` for the event files runs write, and
+# tests/all/tensorboard.rs reads them back with its EventAccumulator.
+if ! "$LSGD_VENV/bin/python" -c 'import tensorboard' 2>/dev/null; then
+  echo "setup: installing tensorboard into $LSGD_VENV" >&2
+  pip_install tensorboard==2.21.0
+fi

@@ -19,6 +19,7 @@
 //! - [`loss`]: smoothed cross-entropy;
 //! - [`eval`]: test loss and accuracy;
 //! - [`metrics`]: metrics.jsonl / CSV;
+//! - [`tensorboard`]: the same records as TensorBoard event files;
 //! - [`parallel`]: this rank's shard and the cross-rank consistency check;
 //! - [`checkpoint`]: atomic save and resume;
 //! - [`progress`]: the progress bar or log lines;
@@ -38,6 +39,7 @@ pub mod order;
 pub mod parallel;
 pub mod precision;
 pub mod progress;
+pub mod tensorboard;
 pub mod tensors;
 pub mod trainer;
 

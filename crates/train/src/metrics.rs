@@ -3,6 +3,7 @@
 //! run first drops the records past its checkpoint, so the file never holds a step twice.
 //! `lsgd-host launch` adds one `restart` record each time it restarts the job after a lost
 //! rank; they describe the job rather than the training, so a resumed run keeps them all.
+//! Every record written here also goes to a TensorBoard event file ([`crate::tensorboard`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::tensorboard::{self, EventWriter};
 use crate::{Error, Result};
 
 /// One optimiser step.
@@ -155,13 +157,16 @@ pub struct MetricsWriter {
     dir: PathBuf,
     jsonl: BufWriter<File>,
     csv: Option<(BufWriter<File>, BufWriter<File>)>,
+    events: EventWriter,
 }
 
 impl MetricsWriter {
     /// Opens `dir/metrics.jsonl` (and the CSV files when `csv`): fresh for a new run, or kept
     /// up to and including step `resume_step` for a resumed one. Restart records survive a
     /// resume, and a new run when they are all the file holds: `launch` clears a failed
-    /// attempt's steps before it starts the job over without a checkpoint.
+    /// attempt's steps before it starts the job over without a checkpoint. A new event file
+    /// receives the records from `resume_step` on (after a `SessionLog.START` that hides the
+    /// earlier files' events from there on); a new run removes the old event files first.
     pub fn open(dir: &Path, csv: bool, resume_step: Option<u64>) -> Result<Self> {
         let path = dir.join("metrics.jsonl");
         let restart = |r: &Record| matches!(r, Record::Restart(_));
@@ -179,6 +184,13 @@ impl MetricsWriter {
         };
         // Written beside and renamed over the old file, so a crash here loses nothing.
         let tmp = dir.join("metrics.jsonl.tmp");
+        if resume_step.is_none() {
+            tensorboard::remove_event_files(dir)?;
+        }
+        let mut events = EventWriter::create(dir)?;
+        if let Some(step) = resume_step {
+            events.session_start(step).map_err(events.error())?;
+        }
         let mut w = MetricsWriter {
             dir: dir.to_path_buf(),
             jsonl: BufWriter::new(create(&tmp)?),
@@ -192,9 +204,18 @@ impl MetricsWriter {
             } else {
                 None
             },
+            events,
         };
+        let from = resume_step.unwrap_or(0);
         for r in &kept {
-            w.write(r)?;
+            // Earlier event files hold the records before `from`, which the START leaves.
+            w.append(r).map_err(Error::io(format!(
+                "cannot write metrics in {}",
+                dir.display()
+            )))?;
+            if tensorboard::scalars(r).0 >= from {
+                w.events.write(r).map_err(w.events.error())?;
+            }
         }
         w.flush()?;
         fs::rename(&tmp, &path).map_err(Error::io(format!("cannot replace {}", path.display())))?;
@@ -206,7 +227,8 @@ impl MetricsWriter {
         self.append(record).map_err(Error::io(format!(
             "cannot write metrics in {}",
             self.dir.display()
-        )))
+        )))?;
+        self.events.write(record).map_err(self.events.error())
     }
 
     fn append(&mut self, record: &Record) -> std::io::Result<()> {
@@ -257,7 +279,8 @@ impl MetricsWriter {
         flushed.map_err(Error::io(format!(
             "cannot write metrics in {}",
             self.dir.display()
-        )))
+        )))?;
+        self.events.flush()
     }
 }
 
