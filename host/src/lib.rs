@@ -11,6 +11,7 @@
 //! and in this crate:
 //!
 //! - [`plot`]: charts of traces and runs;
+//! - [`study`]: the papers' experiments, each one command that writes a report;
 //! - [`bench`]: measurements that print ratios from one run;
 //! - [`cli`]: the command line.
 
@@ -22,3 +23,4 @@ pub use lsgd_train::{data, model, optim, precision};
 pub mod bench;
 pub mod cli;
 pub mod plot;
+pub mod study;

@@ -11,6 +11,7 @@ mod plot;
 mod run;
 mod selftest;
 mod simulate;
+mod study;
 mod trace;
 
 // The parsers of user-written settings, public for the property tests (tests/all/fuzz.rs).
@@ -45,6 +46,9 @@ Examples:
   # Cost of a policy call through the sandbox vs native
   lsgd-host bench policies
 
+  # Goyal et al.'s Figure 1 on Fashion-MNIST: every job, then out/study-goyal/report.md
+  lsgd-host study goyal
+
   # A new plugin project in Rust, C, Python, JavaScript or Go that builds with ./build.sh
   lsgd-host new --lang python --kind schedule my-schedule
 
@@ -65,7 +69,7 @@ enum Command {
     /// Run `run` under mpirun on N ranks; after lost ranks, restart from the newest checkpoint
     /// on those left (down to --min-np), up to --max-restarts times.
     Launch(launch::LaunchArgs),
-    /// Plot a run's metrics.jsonl: losses, accuracy, LR, batch, ε.
+    /// Plot a run's metrics.jsonl, or several runs' on one figure: losses, accuracy, LR, batch, ε.
     Plot(plot::PlotArgs),
     /// Print the policies' outputs at every step of a run, without training.
     Trace(trace::TraceArgs),
@@ -79,6 +83,7 @@ enum Command {
     New(new::NewArgs),
     /// Predicted all-reduce time of each algorithm on a cluster (α-β model).
     Simulate(simulate::SimulateArgs),
+    Study(study::StudyArgs),
     /// Self-checks for the tests (run under mpirun).
     #[command(hide = true)]
     Selftest(selftest::SelftestArgs),
@@ -116,6 +121,7 @@ pub fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a).map(|()| true),
         Command::New(a) => new::run(a).map(|()| true),
         Command::Simulate(a) => simulate::run(a).map(|()| true),
+        Command::Study(a) => study::run(a).map(|()| true),
         Command::Selftest(a) => selftest::run(a),
     });
     match outcome {

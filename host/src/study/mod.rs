@@ -1,0 +1,196 @@
+//! `lsgd-host study NAME`: the papers' experiments, each one command that trains its jobs
+//! (this binary's `run`, under `mpirun` where a study needs ranks), keeps every job's run
+//! directory so a second call trains only what is missing, and writes `report.md` with tables
+//! and PNG plots computed from those runs alone.
+//!
+//! - [`goyal`]: test error against the global batch under the linear scaling rule, three
+//!   warmups, BatchNorm batch per worker fixed (Goyal et al. 2017, Figure 1, Table 2c, Figure 2);
+//! - [`batch_control`]: growing the batch instead of decaying the LR, with and without label
+//!   smoothing (Mikami et al. 2018; Smith et al. 2018);
+//! - [`compression`]: every codec with and without error feedback on `mpirun` ranks: accuracy
+//!   against bytes on the wire (the GRACE paper's figure);
+//! - [`layerwise`]: SGD against LARS and LAMB at batches where the goyal study breaks down.
+
+pub mod batch_control;
+pub mod compression;
+pub mod goyal;
+pub mod jobs;
+pub mod layerwise;
+pub mod report;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+pub use jobs::{Job, Outcome};
+
+/// The studies.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Name {
+    /// Goyal et al.: linear scaling and warmup across global batches.
+    Goyal,
+    /// Mikami et al. / Smith et al.: batch ramp instead of LR decay, ± label smoothing.
+    BatchControl,
+    /// Every codec ± error feedback on mpirun ranks: accuracy against bytes on the wire.
+    Compression,
+    /// SGD against LARS and LAMB past the batch where plain SGD breaks down.
+    Layerwise,
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Name::Goyal => "goyal",
+            Name::BatchControl => "batch-control",
+            Name::Compression => "compression",
+            Name::Layerwise => "layerwise",
+        })
+    }
+}
+
+/// How a study runs: where, how big, on how many threads.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Which study.
+    pub name: Name,
+    /// The few-minute variant (`scripts/test.sh` runs it): smaller subsets, fewer jobs.
+    pub quick: bool,
+    /// Output directory: `report.md`, the PNGs and `jobs/<id>/` for every run.
+    pub out: PathBuf,
+    /// Seeds of every job.
+    pub seeds: Vec<u64>,
+    /// libtorch threads of each job (of each rank under mpirun).
+    pub threads: usize,
+    /// Single-process jobs trained at once.
+    pub parallel: usize,
+    /// Ranks of the studies that need several (`compression`).
+    pub ranks: u32,
+    /// The `mpirun` to start ranks with.
+    pub mpirun: PathBuf,
+    /// Fashion-MNIST's IDX files.
+    pub data: PathBuf,
+    /// The command line, quoted in the report.
+    pub command: String,
+}
+
+/// Runs the study: trains what is missing, then writes the report; returns its path.
+pub fn run(settings: &Settings) -> Result<PathBuf> {
+    std::fs::create_dir_all(&settings.out)
+        .with_context(|| format!("cannot create {}", settings.out.display()))?;
+    let started = Instant::now();
+    let report = match settings.name {
+        Name::Goyal => goyal::run(settings)?,
+        Name::BatchControl => batch_control::run(settings)?,
+        Name::Compression => compression::run(settings)?,
+        Name::Layerwise => layerwise::run(settings)?,
+    };
+    let path = settings.out.join("report.md");
+    std::fs::write(&path, report).with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!(
+        "study {}: report in {} ({:.0} s)",
+        settings.name,
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(path)
+}
+
+/// The data every study but compression trains on: a prefix of Fashion-MNIST's training split
+/// and its test split.
+#[derive(Debug, Clone, Copy)]
+pub struct Subset {
+    /// Training samples (a prefix of the 60,000).
+    pub train: usize,
+    /// Test samples (a prefix of the 10,000).
+    pub test: usize,
+    /// Epochs of every job.
+    pub epochs: u32,
+}
+
+impl Subset {
+    /// The `run` flags that select it.
+    pub fn args(&self) -> Vec<String> {
+        strings(&[
+            "--train-subset",
+            &self.train.to_string(),
+            "--test-subset",
+            &self.test.to_string(),
+            "--epochs",
+            &self.epochs.to_string(),
+        ])
+    }
+
+    /// Optimizer steps per epoch at global batch `batch` (batches straddle epochs, so it need
+    /// not be whole).
+    pub fn steps_per_epoch(&self, batch: u32) -> f64 {
+        self.train as f64 / f64::from(batch)
+    }
+}
+
+/// Owned copies of string literals, for building argument lists.
+pub fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(jobs: &[Job]) -> Vec<String> {
+        let mut ids: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
+        ids.sort();
+        let n = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "job ids are unique");
+        ids
+    }
+
+    #[test]
+    fn full_plans_have_the_jobs_the_reports_describe() {
+        let seeds = [1, 2];
+        // Goyal: 6 batches, all three warmups from k = 8 (batch 256) on.
+        let g = goyal::Plan::new(false);
+        assert_eq!(ids(&g.jobs(&seeds)).len(), 2 * (2 + 4 * 3));
+        assert_eq!(g.warmups(128), &["gradual"]);
+        assert_eq!(g.warmups(256).len(), 3);
+        assert_eq!(g.lr(2048), 0.8);
+        // Batch control: 3 variants × label smoothing on and off.
+        let b = batch_control::Plan::new(false);
+        assert_eq!(ids(&b.jobs(&seeds)).len(), 2 * 3 * 2);
+        // Compression: the baseline and 13 codecs × error feedback on and off, all on ranks.
+        let c = compression::Plan::new(false);
+        let jobs = c.jobs(&seeds, 4);
+        assert_eq!(ids(&jobs).len(), 2 * (1 + 13 * 2));
+        assert!(jobs.iter().all(|j| j.ranks == 4));
+        // Layer-wise: the reference and 3 rules × 2 batches.
+        let l = layerwise::Plan::new(false);
+        assert_eq!(ids(&l.jobs(&seeds)).len(), 2 * (1 + 3 * 2));
+    }
+
+    #[test]
+    fn the_ramp_holds_the_lr_and_decay_does_not_ramp() {
+        let b = batch_control::Plan::new(false);
+        let ramp = b.job(batch_control::Variant::Ramp, true, 1).args.join(" ");
+        assert!(ramp.contains("--batch-size batch-ramp"), "{ramp}");
+        assert!(ramp.contains("schedule.scaling=none"), "{ramp}");
+        assert!(ramp.contains("schedule.milestones= "), "{ramp}");
+        assert!(ramp.contains("label_smoothing.epsilon=0.1"), "{ramp}");
+        let decay = b
+            .job(batch_control::Variant::Decay, false, 1)
+            .args
+            .join(" ");
+        assert!(!decay.contains("batch-ramp") && !decay.contains("label-smoothing"));
+        assert!(decay.contains("schedule.gamma=0.25"), "{decay}");
+    }
+
+    #[test]
+    fn lamb_overrides_the_lr_and_scaling_of_the_goyal_job() {
+        let l = layerwise::Plan::new(false);
+        let args = l.job(layerwise::Rule::Lamb, 1024, 1).args;
+        let last_lr = args.iter().rposition(|a| a == "--base-lr").unwrap();
+        assert_eq!(args[last_lr + 1], "0.00177");
+        assert!(args.join(" ").contains("--optimizer adamw"));
+    }
+}
