@@ -188,7 +188,10 @@ fn metrics_points(records: &[Record]) -> Vec<(&'static str, Vec<(f64, f64)>)> {
 /// Draws `panels` stacked into `path` (.png or .svg) under `title`, x axis labelled `x_label`.
 pub fn draw(panels: &[Panel], title: &str, x_label: &str, path: &Path) -> Result<()> {
     ensure_font()?;
-    let size = (1000, 300 * panels.len().max(1) as u32 + 40);
+    // Panels grow with their legends, so a long legend still leaves a corner of data free.
+    let most_series = panels.iter().map(|p| p.series.len()).max().unwrap_or(0) as u32;
+    let panel_height = 300.max(36 * most_series);
+    let size = (1000, panel_height * panels.len().max(1) as u32 + 40);
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -295,8 +298,8 @@ where
     Ok(())
 }
 
-/// Distinct colours that stay readable on white (matplotlib's "tab10"), cycled.
-const PALETTE: [RGBColor; 10] = [
+/// Distinct colours that stay readable on white (matplotlib's "tab10", then six darker tones), cycled.
+const PALETTE: [RGBColor; 16] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -307,6 +310,13 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    // Darker tones for figures with more series (the compression study has 14).
+    RGBColor(0, 0, 0),
+    RGBColor(0, 60, 130),
+    RGBColor(120, 0, 0),
+    RGBColor(0, 100, 0),
+    RGBColor(90, 40, 140),
+    RGBColor(170, 100, 0),
 ];
 
 /// Draws one panel's axes, its (already filtered) `series` and its legend into `area`.
@@ -455,7 +465,8 @@ fn legend_corner(
 /// A tick label: plain digits in the usual range, scientific notation outside it.
 fn tick(v: f64) -> String {
     let a = v.abs();
-    if a == 0.0 {
+    // Mesh lines placed at 0 by float arithmetic land a few ulps off it.
+    if a < 1e-12 {
         "0".into()
     } else if (1e-3..1e6).contains(&a) {
         let s = format!("{v:.4}");
@@ -557,6 +568,14 @@ fn ensure_font() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_are_plain_and_float_dust_at_zero_reads_0() {
+        assert_eq!(tick(-1.73e-18), "0");
+        assert_eq!(tick(0.05), "0.05");
+        assert_eq!(tick(2.5e-5), "2.50e-5");
+        assert_eq!(tick(2048.0), "2048");
+    }
 
     fn series(points: &[(f64, f64)]) -> Vec<Vec<(f64, f64)>> {
         vec![points.to_vec()]

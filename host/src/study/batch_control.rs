@@ -323,8 +323,8 @@ fn findings<'a>(plan: &Plan, find: &dyn Fn(Variant, bool) -> Vec<&'a Outcome>) -
         ) {
             let _ = writeln!(
                 md,
-                "- {label}: the ramp reaches {r:.2}% against {d:.2}% for LR decay ({:+.2} \
-                 points{}) in {sr} optimizer steps instead of {sd} ({:.0}% fewer).",
+                "- {label}: the ramp reaches {r:.2}% against {d:.2}% for LR decay, {:+.2} \
+                 points{}, in {sr} optimizer steps instead of {sd} ({:.0}% fewer).",
                 r - d,
                 report::separation(
                     &find(Variant::Ramp, ls),
@@ -341,8 +341,8 @@ fn findings<'a>(plan: &Plan, find: &dyn Fn(Variant, bool) -> Vec<&'a Outcome>) -
         ) {
             let _ = writeln!(
                 md,
-                "- {label}: the fixed batch {} with decay takes {sb} steps and reaches {b:.2}% \
-                 ({:+.2} points against the ramp{}).",
+                "- {label}: the fixed batch {} with decay takes {sb} steps and reaches {b:.2}%, \
+                 {:+.2} points against the ramp{}.",
                 2 * plan.batch,
                 b - r,
                 report::separation(

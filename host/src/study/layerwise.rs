@@ -216,6 +216,24 @@ pub fn run(settings: &Settings) -> Result<String> {
             cell(Rule::Lars),
             cell(Rule::Lamb)
         );
+        // How much of SGD's loss against the reference each layer-wise rule wins back.
+        if let (Some(r), Some(sgd)) = (err(Rule::Sgd, g.reference()), err(Rule::Sgd, b)) {
+            for rule in [Rule::Lars, Rule::Lamb] {
+                if let Some(e) = err(rule, b).filter(|_| sgd > r) {
+                    let _ = writeln!(
+                        md,
+                        "  - {}: {:.0}% of SGD's {:.2} points above the reference won back, \
+                         {:.2} points still above it{}.",
+                        rule.id().to_uppercase(),
+                        100.0 * (sgd - e) / (sgd - r),
+                        sgd - r,
+                        e - r,
+                        report::separation(&find(rule, b), &find(Rule::Sgd, b), Outcome::error)
+                            .replace("(", "(against SGD: ")
+                    );
+                }
+            }
+        }
     }
     md += "\n## Where this differs from the papers\n\n\
            - You et al. show LARS holding ResNet-50's accuracy to 32K on ImageNet (≈40 steps \
