@@ -20,42 +20,6 @@ fn tiny(out: &Path, extra: &[&str]) -> Vec<String> {
     tiny_at(32, 1, out, extra)
 }
 
-/// [`tiny`] at global batch `batch`, for `epochs` epochs.
-fn tiny_at(batch: u32, epochs: u32, out: &Path, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "run",
-        "--model",
-        "mlp",
-        "--train-subset",
-        "384",
-        "--test-subset",
-        "100",
-        "--threads",
-        "1",
-        "--device",
-        "cpu",
-        "--seed",
-        "5",
-        "--schedule",
-        "warmup",
-        "--set",
-        "schedule.warmup_epochs=0.5",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.push(out.display().to_string());
-    v.extend([
-        "--global-batch".to_string(),
-        batch.to_string(),
-        "--epochs".to_string(),
-        epochs.to_string(),
-    ]);
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
-}
-
 /// `lsgd-host ARGS` with the built plugins and the CLI tests' cache, as `common::lsgd` runs it.
 fn command(args: &[String]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_lsgd-host"));

@@ -237,3 +237,48 @@ pub fn rank_pid(root: u32, rank: usize) -> Option<u32> {
             .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_bytes()))
     })
 }
+
+/// `run` flags of a tiny deterministic CPU job: an MLP on 384 samples at global batch `batch`
+/// for `epochs` epochs, then `extra`.
+pub fn tiny_at(batch: u32, epochs: u32, out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "run",
+        "--model",
+        "mlp",
+        "--train-subset",
+        "384",
+        "--test-subset",
+        "100",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--seed",
+        "5",
+        "--schedule",
+        "warmup",
+        "--set",
+        "schedule.warmup_epochs=0.5",
+        "--out",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.push(out.display().to_string());
+    v.extend([
+        "--global-batch".to_string(),
+        batch.to_string(),
+        "--epochs".to_string(),
+        epochs.to_string(),
+    ]);
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+/// A PNG's width and height, after checking its signature and header chunk.
+pub fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let be = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    (be(16), be(20))
+}

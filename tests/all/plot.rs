@@ -30,14 +30,7 @@ fn fake_run(dir: &Path, batch: u32, acc: f64) -> PathBuf {
     dir.to_path_buf()
 }
 
-/// Width and height from a PNG's IHDR chunk, which the format puts first.
-fn png_size(bytes: &[u8]) -> (u32, u32) {
-    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
-    assert_eq!(&bytes[12..16], b"IHDR");
-    let be = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
-    (be(16), be(20))
-}
-
+/// A path as the `&str` an argument list takes.
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }

@@ -137,44 +137,26 @@ fn event_files(out: &Path) -> Vec<String> {
     v
 }
 
-/// The tiny MLP job of tests/all/checkpoints.rs with label smoothing: `epochs` of 12 steps, a
+/// The tiny MLP job ([`tiny_at`]) with label smoothing: `epochs` of 12 steps, a
 /// checkpoint every 4.
 fn run(out: &Path, epochs: &str, extra: &[&str]) -> String {
-    let mut args = vec![
-        "run",
-        "--model",
-        "mlp",
-        "--train-subset",
-        "384",
-        "--test-subset",
-        "100",
-        "--threads",
-        "1",
-        "--device",
-        "cpu",
-        "--seed",
-        "5",
-        "--schedule",
-        "warmup",
-        "--set",
-        "schedule.warmup_epochs=0.5",
+    let smoothing_and_checkpoints = [
         "--label-smoothing",
         "label-smoothing",
         "--set",
         "label_smoothing.epsilon=0.1",
-        "--global-batch",
-        "32",
-        "--epochs",
-        epochs,
         "--checkpoint-every",
         "4",
         "--keep-checkpoints",
         "10",
-        "--out",
-        out.to_str().unwrap(),
     ];
-    args.extend(extra);
-    let o = lsgd(&args);
+    let args = tiny_at(
+        32,
+        epochs.parse().unwrap(),
+        out,
+        &[&smoothing_and_checkpoints[..], extra].concat(),
+    );
+    let o = lsgd(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let e = stderr(&o);
     assert!(o.status.success(), "lsgd-host {}:\n{e}", args.join(" "));
     e

@@ -57,36 +57,15 @@ impl Variant {
 impl Plan {
     /// The full study or its quick variant.
     pub fn new(quick: bool) -> Plan {
-        if quick {
-            Plan {
-                subset: Subset {
-                    train: 2000,
-                    test: 1000,
-                    epochs: 2,
-                },
-                batch: 128,
-                worker_batch: 32,
-                lr: 0.05,
-                milestones: "1",
-                factor: 4,
-                epsilon: 0.1,
-                double_batch: false,
-            }
-        } else {
-            Plan {
-                subset: Subset {
-                    train: 15_000,
-                    test: 10_000,
-                    epochs: 6,
-                },
-                batch: 128,
-                worker_batch: 32,
-                lr: 0.05,
-                milestones: "3,5",
-                factor: 4,
-                epsilon: 0.1,
-                double_batch: true,
-            }
+        Plan {
+            subset: Subset::of_cnn_studies(quick),
+            batch: 128,
+            worker_batch: 32,
+            lr: 0.05,
+            milestones: if quick { "1" } else { "3,5" },
+            factor: 4,
+            epsilon: 0.1,
+            double_batch: !quick,
         }
     }
 
@@ -251,6 +230,13 @@ pub fn run(settings: &Settings) -> Result<String> {
     }
     md += &t.markdown();
 
+    md += &curves(settings, &plan, &outcomes)?;
+    md += &findings(&plan, &find);
+    Ok(md)
+}
+
+/// The first seed's curves of every variant without smoothing: accuracy, loss, batch and LR.
+fn curves(settings: &Settings, plan: &Plan, outcomes: &[Outcome]) -> Result<String> {
     let seed = settings.seeds[0];
     let curves: Vec<(String, &Outcome)> = plan
         .variants()
@@ -296,12 +282,7 @@ pub fn run(settings: &Settings) -> Result<String> {
         "epoch",
         &settings.out.join("curves.png"),
     )?;
-    let _ = writeln!(
-        md,
-        "![test accuracy, loss, batch and LR against epochs](curves.png)\n"
-    );
-    md += &findings(&plan, &find);
-    Ok(md)
+    Ok("![test accuracy, loss, batch and LR against epochs](curves.png)\n\n".into())
 }
 
 /// Sentences computed from the results, and where they differ from the papers.

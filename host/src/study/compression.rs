@@ -45,28 +45,26 @@ pub struct Plan {
 impl Plan {
     /// The full study or its quick variant.
     pub fn new(quick: bool) -> Plan {
-        if quick {
-            Plan {
-                subset: Subset {
-                    train: 1024,
-                    test: 500,
-                    epochs: 1,
-                },
-                batch: 256,
-                codecs: vec!["codec-fp16", "codec-top-k", "codec-sign"],
-                warmup_epochs: 0.5,
-            }
+        let (subset, codecs) = if quick {
+            let subset = Subset {
+                train: 1024,
+                test: 500,
+                epochs: 1,
+            };
+            (subset, vec!["codec-fp16", "codec-top-k", "codec-sign"])
         } else {
-            Plan {
-                subset: Subset {
-                    train: 12_000,
-                    test: 10_000,
-                    epochs: 2,
-                },
-                batch: 256,
-                codecs: CODECS.to_vec(),
-                warmup_epochs: 0.5,
-            }
+            let subset = Subset {
+                train: 12_000,
+                test: 10_000,
+                epochs: 2,
+            };
+            (subset, CODECS.to_vec())
+        };
+        Plan {
+            subset,
+            batch: 256,
+            codecs,
+            warmup_epochs: 0.5,
         }
     }
 
@@ -177,8 +175,9 @@ pub fn run(settings: &Settings) -> Result<String> {
          (Goyal's LR 0.1 per 256, warmup over {} epoch, no decay), tested on the first {} test \
          images. Every codec runs with its default parameters (`lsgd-host inspect CODEC` lists \
          them) but `dgc`, whose warm-up stages are shortened to 12 steps so that it reaches \
-         its 99.9% sparsity halfway through the run, once without error feedback and once with `--error-feedback residual` (EF-SGD: \
-         what the codec dropped is added to the next step's gradient). Wire figures are rank \
+         its 99.9% sparsity halfway through the run, once without error feedback and once \
+         with `--error-feedback residual` (EF-SGD: what the codec dropped is added to the \
+         next step's gradient). Wire figures are rank \
          0's means over the steps: the compression ratio is gradient bytes as binary32 over \
          payload bytes; bytes sent count every message of the collective (a sparse or \
          quantized payload is all-gathered, so a rank sends it to each peer); collective time \
@@ -231,7 +230,19 @@ pub fn run(settings: &Settings) -> Result<String> {
     }
     md += &t.markdown();
 
-    // GRACE's figure: a point per codec, without error feedback and with it.
+    draw_figure(settings, &plan, &find)?;
+    md += "![accuracy against compression ratio](accuracy-vs-compression.png)\n\n";
+    md += &findings(&plan, base, &find);
+    Ok(md)
+}
+
+/// GRACE's figure: accuracy against compression ratio, a point per codec, one panel without
+/// error feedback and one with it.
+fn draw_figure<'a>(
+    settings: &Settings,
+    plan: &Plan,
+    find: &dyn Fn(Option<&str>, bool) -> Vec<&'a Outcome>,
+) -> Result<()> {
     let panel = |fb: bool| {
         let point = |runs: &[&Outcome]| {
             runs.first()
@@ -254,13 +265,13 @@ pub fn run(settings: &Settings) -> Result<String> {
     };
     plot::draw(
         &[panel(false), panel(true)],
-        &format!("Accuracy vs compression ratio, {ranks} ranks (GRACE's figure)"),
+        &format!(
+            "Accuracy vs compression ratio, {} ranks (GRACE's figure)",
+            settings.ranks
+        ),
         "compression ratio (gradient bytes as binary32 / payload bytes, log scale)",
         &settings.out.join("accuracy-vs-compression.png"),
-    )?;
-    md += "![accuracy against compression ratio](accuracy-vs-compression.png)\n\n";
-    md += &findings(&plan, base, &find);
-    Ok(md)
+    )
 }
 
 /// Mean accuracy over seeds, chance (10%) when all diverged, for plots.

@@ -44,36 +44,25 @@ pub struct Plan {
 impl Plan {
     /// The full study or its quick variant.
     pub fn new(quick: bool) -> Plan {
-        if quick {
-            Plan {
-                subset: Subset {
-                    train: 2000,
-                    test: 1000,
-                    epochs: 2,
-                },
-                batches: vec![32, 512],
-                worker_batch: 32,
-                base_lr: 0.0125,
-                warmup_epochs: 0.5,
-                milestones: "1.5",
-                all_warmups_from_k: 8,
-                curve_batch: 512,
-            }
-        } else {
-            Plan {
-                subset: Subset {
-                    train: 15_000,
-                    test: 10_000,
-                    epochs: 6,
-                },
-                batches: vec![32, 128, 256, 512, 1024, 2048],
-                worker_batch: 32,
-                base_lr: 0.0125,
-                warmup_epochs: 1.0,
-                milestones: "3,5",
-                all_warmups_from_k: 8,
-                curve_batch: 1024,
-            }
+        let full = Plan {
+            subset: Subset::of_cnn_studies(quick),
+            batches: vec![32, 128, 256, 512, 1024, 2048],
+            worker_batch: 32,
+            base_lr: 0.0125,
+            warmup_epochs: 1.0,
+            milestones: "3,5",
+            all_warmups_from_k: 8,
+            curve_batch: 1024,
+        };
+        if !quick {
+            return full;
+        }
+        Plan {
+            batches: vec![32, 512],
+            warmup_epochs: 0.5,
+            milestones: "1.5",
+            curve_batch: 512,
+            ..full
         }
     }
 
@@ -88,6 +77,18 @@ impl Plan {
             &WARMUPS
         } else {
             &WARMUPS[..1]
+        }
+    }
+
+    /// The warmup whose runs stand for `warmup` at `batch`: itself where it ran, gradual at the
+    /// reference batch (where all three are the same run), none elsewhere.
+    pub fn runs_of(&self, batch: u32, warmup: &'static str) -> Option<&'static str> {
+        if self.warmups(batch).contains(&warmup) {
+            Some(warmup)
+        } else if batch == self.reference() {
+            Some("gradual")
+        } else {
+            None
         }
     }
 
@@ -138,8 +139,7 @@ impl Plan {
 /// Runs the study and returns its report.
 pub fn run(settings: &Settings) -> Result<String> {
     let plan = Plan::new(settings.quick);
-    let jobs = plan.jobs(&settings.seeds);
-    let outcomes = jobs::run_all(settings, &jobs)?;
+    let outcomes = jobs::run_all(settings, &plan.jobs(&settings.seeds))?;
     let find = |batch: u32, warmup: &str| {
         jobs::of_seeds(&outcomes, &settings.seeds, |s| {
             plan.job(batch, warmup, s).id
@@ -152,28 +152,32 @@ pub fn run(settings: &Settings) -> Result<String> {
         &all,
     );
     md += &setup(&plan);
+    md += &error_vs_batch(settings, &plan, &find)?;
+    md += &curves(settings, &plan, &outcomes)?;
+    md += &findings(&plan, &find);
+    Ok(md)
+}
 
-    // Figure 1 / Table 2c: error against batch for each warmup.
-    md += "## Test error against the global batch (Goyal et al. Figure 1, Table 2c)\n\n";
-    md += "Final top-1 test error in %, mean over the seeds and (in brackets) their range. \
-           At the reference batch k = 1 and the three warmups are the same run.\n\n";
+/// Figure 1 / Table 2c: the error against the batch for each warmup, table and plot.
+fn error_vs_batch<'a>(
+    settings: &Settings,
+    plan: &Plan,
+    find: &dyn Fn(u32, &str) -> Vec<&'a Outcome>,
+) -> Result<String> {
+    let mut md = String::from(
+        "## Test error against the global batch (Goyal et al. Figure 1, Table 2c)\n\n\
+         Final top-1 test error in %, mean over the seeds and (in brackets) their range. At the \
+         reference batch k = 1 and the three warmups are the same run.\n\n",
+    );
     let mut head = vec!["global batch", "k"];
     head.extend(WARMUPS.iter().map(|w| warmup_label(w)));
     let mut table = Table::new(&head);
     for &b in &plan.batches {
         let mut row = vec![b.to_string(), (b / plan.reference()).to_string()];
         for w in WARMUPS {
-            let runs = if plan.warmups(b).contains(&w) {
-                find(b, w)
-            } else if b == plan.reference() {
-                find(b, "gradual")
-            } else {
-                Vec::new()
-            };
-            row.push(if runs.is_empty() {
-                "not run".into()
-            } else {
-                report::over_seeds(&runs, Outcome::error)
+            row.push(match plan.runs_of(b, w) {
+                Some(w) => report::over_seeds(&find(b, w), Outcome::error),
+                None => "not run".into(),
             });
         }
         table.row(row);
@@ -186,14 +190,9 @@ pub fn run(settings: &Settings) -> Result<String> {
             points: plan
                 .batches
                 .iter()
-                .filter(|&&b| plan.warmups(b).contains(w) || b == plan.reference())
-                .map(|&b| {
-                    let w = if plan.warmups(b).contains(w) {
-                        *w
-                    } else {
-                        "gradual"
-                    };
-                    report::error_point(b, &find(b, w))
+                .filter_map(|&b| {
+                    plan.runs_of(b, w)
+                        .map(|w| report::error_point(b, &find(b, w)))
                 })
                 .collect(),
         })
@@ -205,14 +204,18 @@ pub fn run(settings: &Settings) -> Result<String> {
         series,
     )?;
     md += "![test error against the global batch](error-vs-batch.png)\n\n";
+    Ok(md)
+}
 
-    // Figure 2: training curves at a large batch, first seed.
+/// Figure 2: the training curves of the warmups at a large batch and the reference's, first
+/// seed.
+fn curves(settings: &Settings, plan: &Plan, outcomes: &[Outcome]) -> Result<String> {
     let seed = settings.seeds[0];
-    let mut curves: Vec<(String, &Outcome)> = Vec::new();
     let pick = |b: u32, w: &str| {
         let id = plan.job(b, w, seed).id;
         outcomes.iter().find(|o| o.id == id)
     };
+    let mut curves: Vec<(String, &Outcome)> = Vec::new();
     if let Some(o) = pick(plan.reference(), "gradual") {
         curves.push((format!("batch {} (reference)", plan.reference()), o));
     }
@@ -225,17 +228,14 @@ pub fn run(settings: &Settings) -> Result<String> {
         }
     }
     draw_curves(settings, &curves, plan.curve_batch, seed)?;
-    let _ = write!(
-        md,
+    Ok(format!(
         "## Training curves at batch {} (Goyal et al. Figure 2)\n\nSeed {seed}; the reference \
          batch's curve for comparison. Batch {} is k = {} times the reference, as Goyal's 8k is \
          32 times their 256.\n\n![training curves](curves.png)\n\n",
         plan.curve_batch,
         plan.curve_batch,
         plan.curve_batch / plan.reference()
-    );
-    md += &findings(&plan, &find);
-    Ok(md)
+    ))
 }
 
 /// "gradual warmup", "constant warmup" or "no warmup".
@@ -425,7 +425,19 @@ fn findings<'a>(plan: &Plan, find: &dyn Fn(u32, &str) -> Vec<&'a Outcome>) -> St
             compared.len()
         );
     }
-    md += "\n## Where this differs from the paper\n\n";
+    md += &differences(
+        plan,
+        reference,
+        within.last().copied(),
+        err(32 * plan.reference(), "gradual"),
+    );
+    md
+}
+
+/// Where the small scale differs from the paper: `last_flat` is the largest batch within 1
+/// point of the `reference` error, `at_k32` the gradual-warmup error at k = 32 (Goyal's 8k).
+fn differences(plan: &Plan, reference: f64, last_flat: Option<u32>, at_k32: Option<f64>) -> String {
+    let mut md = String::from("\n## Where this differs from the paper\n\n");
     let _ = writeln!(
         md,
         "- Scale: {} training images, a 2-conv net and {} epochs instead of ResNet-50 for 90 \
@@ -434,7 +446,7 @@ fn findings<'a>(plan: &Plan, find: &dyn Fn(u32, &str) -> Vec<&'a Outcome>) -> St
          warmup of a few steps warms nothing.",
         plan.subset.train, plan.subset.epochs, plan.warmup_epochs
     );
-    if let Some(&b) = within.last() {
+    if let Some(b) = last_flat {
         let _ = writeln!(
             md,
             "- Where it breaks: the last batch within 1 point here, {b}, takes {:.0} steps an \
@@ -444,8 +456,7 @@ fn findings<'a>(plan: &Plan, find: &dyn Fn(u32, &str) -> Vec<&'a Outcome>) -> St
             plan.subset.steps_per_epoch(b),
             f64::from(b) * IMAGENET / plan.subset.train as f64,
             32 * plan.reference(),
-            err(32 * plan.reference(), "gradual")
-                .map_or("more than 1".into(), |e| format!("{:.1}", e - reference)),
+            at_k32.map_or("more than 1".into(), |e| format!("{:.1}", e - reference)),
         );
     }
     md += "- Test error here is on 10 classes of 28×28 images; absolute numbers are not \

@@ -202,7 +202,14 @@ pub fn run(settings: &Settings) -> Result<String> {
         series,
     )?;
     md += "![test error against the global batch](error-vs-batch.png)\n\n";
-    md += "## Findings (computed from the table)\n\n";
+    md += &findings(&plan, &find);
+    Ok(md)
+}
+
+/// Sentences computed from the results, and where they differ from the papers.
+fn findings<'a>(plan: &Plan, find: &dyn Fn(Rule, u32) -> Vec<&'a Outcome>) -> String {
+    let mut md = String::from("## Findings (computed from the table)\n\n");
+    let g = &plan.goyal;
     let err = |rule, b| report::mean_of(&find(rule, b), Outcome::error);
     if let Some(r) = err(Rule::Sgd, g.reference()) {
         let _ = writeln!(md, "- Reference (SGD, batch {}): {r:.2}%.", g.reference());
@@ -242,5 +249,5 @@ pub fn run(settings: &Settings) -> Result<String> {
            neither rule's hyperparameters were searched (one setting each, given above), so a \
            rule that does not beat SGD here is not evidence against the papers; one that does \
            shows the mechanism at small scale.\n\n";
-    Ok(md)
+    md
 }

@@ -110,6 +110,24 @@ pub struct Subset {
 }
 
 impl Subset {
+    /// The data of the goyal, batch-control and layerwise studies: 15,000 training images for
+    /// 6 epochs, all 10,000 test images (quick: 2,000 for 2 epochs, 1,000 test images).
+    pub fn of_cnn_studies(quick: bool) -> Subset {
+        if quick {
+            Subset {
+                train: 2000,
+                test: 1000,
+                epochs: 2,
+            }
+        } else {
+            Subset {
+                train: 15_000,
+                test: 10_000,
+                epochs: 6,
+            }
+        }
+    }
+
     /// The `run` flags that select it.
     pub fn args(&self) -> Vec<String> {
         strings(&[
