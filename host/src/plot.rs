@@ -158,18 +158,8 @@ const METRICS_TITLES: [&str; 6] = [
 
 /// The (title, points) of each of `METRICS_TITLES`, in that order.
 fn metrics_points(records: &[Record]) -> Vec<(&'static str, Vec<(f64, f64)>)> {
-    let steps = || {
-        records.iter().filter_map(|r| match r {
-            Record::Step(s) => Some(s),
-            _ => None,
-        })
-    };
-    let evals = || {
-        records.iter().filter_map(|r| match r {
-            Record::Eval(e) => Some(e),
-            _ => None,
-        })
-    };
+    let steps = || records.iter().filter_map(Record::as_step);
+    let evals = || records.iter().filter_map(Record::as_eval);
     let points = [
         steps().map(|s| (s.epoch, s.loss)).collect(),
         evals().map(|e| (f64::from(e.epoch), e.test_loss)).collect(),

@@ -3,8 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::common::{lsgd, mpirun, run_app, scratch, stderr, stdout, steps};
-use lsgd_host::train::metrics::{self, Record};
+use crate::common::{last_accuracy, lsgd, mpirun, run_app, scratch, stderr, stdout, steps};
 
 /// The schedule of the jobs that learn: warmup over a fifth of an epoch. Momentum 0.5, not 0.9:
 /// asynchrony adds momentum of its own (Mitliagkas et al. 2016), and 0.9 with two workers makes
@@ -69,18 +68,6 @@ fn per_worker(out: &Path) -> BTreeMap<u32, usize> {
             .or_default() += 1;
     }
     m
-}
-
-fn last_accuracy(out: &Path) -> f64 {
-    metrics::read(&out.join("metrics.jsonl"))
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Eval(e) => Some(e.test_acc),
-            _ => None,
-        })
-        .next_back()
-        .expect("an evaluation after each epoch")
 }
 
 #[test]

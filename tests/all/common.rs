@@ -184,11 +184,9 @@ pub fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
 pub fn steps(out: &Path) -> Vec<metrics::StepRecord> {
     metrics::read(&out.join("metrics.jsonl"))
         .unwrap()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Step(s) => Some(s),
-            _ => None,
-        })
+        .iter()
+        .filter_map(Record::as_step)
+        .cloned()
         .collect()
 }
 
@@ -281,4 +279,15 @@ pub fn png_size(bytes: &[u8]) -> (u32, u32) {
     assert_eq!(&bytes[12..16], b"IHDR");
     let be = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
     (be(16), be(20))
+}
+
+/// The test accuracy (a fraction) of the last evaluation in a run directory's metrics.jsonl.
+pub fn last_accuracy(out: &Path) -> f64 {
+    metrics::read(&out.join("metrics.jsonl"))
+        .unwrap()
+        .iter()
+        .filter_map(Record::as_eval)
+        .map(|e| e.test_acc)
+        .next_back()
+        .expect("an evaluation after each epoch")
 }

@@ -3,8 +3,6 @@
 
 use std::path::Path;
 
-use lsgd_host::train::metrics::{self, Record};
-
 use crate::common::*;
 
 /// Runs a quick study into `out`; returns its standard error (the job lines).
@@ -21,15 +19,7 @@ fn study(name: &str, out: &Path) -> String {
 
 /// The last test accuracy (%) in a job's metrics.jsonl.
 fn final_accuracy(job: &Path) -> f64 {
-    let records = metrics::read(&job.join("metrics.jsonl")).unwrap();
-    records
-        .iter()
-        .rev()
-        .find_map(|r| match r {
-            Record::Eval(e) => Some(100.0 * e.test_acc),
-            _ => None,
-        })
-        .expect("an evaluation")
+    100.0 * last_accuracy(job)
 }
 
 /// The cells of the report's table row that starts with `first` (the first such row).

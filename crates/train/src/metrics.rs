@@ -114,6 +114,22 @@ pub enum Record {
 }
 
 impl Record {
+    /// The step record, if this is one (`records.iter().filter_map(Record::as_step)`).
+    pub fn as_step(&self) -> Option<&StepRecord> {
+        match self {
+            Record::Step(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The evaluation record, if this is one.
+    pub fn as_eval(&self) -> Option<&EvalRecord> {
+        match self {
+            Record::Eval(e) => Some(e),
+            _ => None,
+        }
+    }
+
     fn step(&self) -> u64 {
         match self {
             Record::Step(s) => s.step + 1,

@@ -92,18 +92,12 @@ pub struct Outcome {
 impl Outcome {
     /// Its evaluations in order.
     pub fn evals(&self) -> impl Iterator<Item = &EvalRecord> {
-        self.records.iter().filter_map(|r| match r {
-            Record::Eval(e) => Some(e),
-            _ => None,
-        })
+        self.records.iter().filter_map(Record::as_eval)
     }
 
     /// Its optimizer steps in order.
     pub fn steps(&self) -> impl Iterator<Item = &StepRecord> {
-        self.records.iter().filter_map(|r| match r {
-            Record::Step(s) => Some(s),
-            _ => None,
-        })
+        self.records.iter().filter_map(Record::as_step)
     }
 
     /// Final top-1 test accuracy in %, or `None` when it diverged.
