@@ -28,10 +28,11 @@ for t in "${RUST_TARGETS[@]}"; do
 done
 
 # libtorch for the trainer, from PyPI's torch wheel in the project venv (what tch expects).
-# The wheel's full dependency set is ~4.7 GB of CUDA libraries. Without a GPU we install torch
-# alone plus the two small CUDA libraries libtorch_cpu links against (~1.15 GB); build.rs then
-# leaves libtorch_cuda unlinked. With a GPU, or with --python-torch (the PyTorch side of
-# `bench train` needs an importable torch), the full set is installed.
+# The wheel's full dependency set is ~4.7 GB of CUDA libraries. Without a GPU the trainer needs
+# only torch itself plus the two small CUDA libraries libtorch_cpu links against (~1.15 GB);
+# build.rs then leaves libtorch_cuda unlinked, and `import torch` fails (no cuDNN). With a GPU,
+# or with --python-torch (the test command, `bench train`, `bench ddp` and the torch oracles
+# need an importable torch), the full set is installed and `import torch` is checked.
 TORCH_VERSION=2.13.0
 want_full_torch=0
 if [ -e /proc/driver/nvidia/version ] || [ "${1:-}" = "--python-torch" ]; then want_full_torch=1; fi
@@ -41,18 +42,22 @@ import importlib.metadata as m
 def v(d):
     try: return m.version(d)
     except m.PackageNotFoundError: return "-"
-print(v("torch"), v("nvidia-cuda-runtime"), v("nvidia-cudnn-cu13"), v("sympy"))
+print(v("torch"), v("nvidia-cuda-runtime"))
 PY
 )"
-read -r have_torch have_cudart have_cudnn have_sympy <<<"$torch_state"
+read -r have_torch have_cudart <<<"$torch_state"
 pip_install() { "$LSGD_VENV/bin/python" -m pip install -q --disable-pip-version-check "$@"; }
-if [ "$have_torch" != "$TORCH_VERSION" ] || [ "$have_cudart" = "-" ]; then
+if [ "$want_full_torch" = 1 ]; then
+  # Importing is the check that counts: a --no-deps install has the same version but no cuDNN.
+  if [ "$have_torch" != "$TORCH_VERSION" ] ||
+    ! "$LSGD_VENV/bin/python" -W ignore -c 'import torch' 2>/dev/null; then
+    echo "setup: installing torch $TORCH_VERSION with all its dependencies into $LSGD_VENV" >&2
+    pip_install "torch==$TORCH_VERSION"
+    "$LSGD_VENV/bin/python" -W ignore -c 'import torch' || { echo "setup: torch still cannot be imported" >&2; exit 1; }
+  fi
+elif [ "$have_torch" != "$TORCH_VERSION" ] || [ "$have_cudart" = "-" ]; then
   echo "setup: installing torch $TORCH_VERSION (libtorch only) into $LSGD_VENV" >&2
   pip_install --no-deps "torch==$TORCH_VERSION" nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
-fi
-if [ "$want_full_torch" = 1 ] && { [ "$have_cudnn" = "-" ] || [ "$have_sympy" = "-" ]; }; then
-  echo "setup: installing torch $TORCH_VERSION with all its dependencies into $LSGD_VENV" >&2
-  pip_install "torch==$TORCH_VERSION"
 fi
 # The `tensorboard` package: `tensorboard --logdir out/` for the event files runs write, and
 # tests/all/tensorboard.rs reads them back with its EventAccumulator.

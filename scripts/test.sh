@@ -3,7 +3,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$LSGD_ROOT"
-bash scripts/setup.sh
+# The tests need an importable torch (bench ddp's PyTorch side, torch oracles), not only libtorch.
+bash scripts/setup.sh --python-torch
 
 step() { printf '\n== %s\n' "$*" >&2; }
 
@@ -44,7 +45,11 @@ done
 
 step "tests"
 # Doc examples are guest code (`ignore` blocks), so only library, binary and integration tests run.
+# --no-fail-fast: a failing test binary must not hide the binaries after it; the closing line
+# counts every test of every binary, and a binary that did not build or run fails the command.
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-cargo test --locked "${crates[@]}" --lib --bins --tests 2>&1 | tee "$log"
-awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntests: %d passed, %d failed\n", p, f; exit (p == 0 || f > 0) }' "$log"
+status=0
+cargo test --locked --no-fail-fast "${crates[@]}" --lib --bins --tests 2>&1 | tee "$log" || status=$?
+awk -v status="$status" '/^test result:/ { p += $4; f += $6 }
+  END { printf "\ntests: %d passed, %d failed\n", p, f; exit (p == 0 || f > 0 || status != 0) }' "$log"
