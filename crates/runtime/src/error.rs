@@ -14,9 +14,10 @@ pub enum Error {
     Plugin(#[from] PluginError),
     /// No plugin file under that name (see [`crate::plugin::locate`]).
     #[error(
-        "no plugin file `{arg}`: not a path, and no {file} in {} (set LSGD_PLUGIN_PATH, or \
+        "no plugin file `{arg}`: not a path, and no {file} in {}{} (set LSGD_PLUGIN_PATH, or \
          build the reference plugins with scripts/build-plugins.sh)",
-        .looked.join(", ")
+        .looked.join(", "),
+        passed_over_note(.passed_over)
     )]
     NotFound {
         /// What the user typed.
@@ -25,6 +26,8 @@ pub enum Error {
         file: String,
         /// The directories searched, in order.
         looked: Vec<String>,
+        /// Directories of the name looked for, which are not plugins.
+        passed_over: Vec<String>,
     },
     /// The run's shape (epochs, batch, world size ...) is invalid; the message names the flag.
     #[error("{0}")]
@@ -74,6 +77,15 @@ pub enum Error {
     Wasm(String),
 }
 
+/// ` (passed over: …)`, when directories of the plugin's name were skipped.
+fn passed_over_note(dirs: &[String]) -> String {
+    if dirs.is_empty() {
+        String::new()
+    } else {
+        format!(" (passed over: {})", dirs.join("; "))
+    }
+}
+
 /// A result whose error defaults to [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -102,6 +114,7 @@ mod tests {
             arg: "nope".into(),
             file: "nope.wasm".into(),
             looked: vec!["a".into(), "b".into()],
+            passed_over: Vec::new(),
         };
         assert_eq!(
             e.to_string(),

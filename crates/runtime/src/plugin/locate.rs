@@ -1,7 +1,9 @@
 //! Finds a plugin file from what the user typed: a path, or a bare name such as `warmup` or
 //! `warmup.wasm` looked up in `$LSGD_PLUGIN_PATH` and next to the installed binary
 //! (`target/release/lsgd-host` finds `target/plugins/`, where `scripts/build-plugins.sh` puts
-//! the reference plugins).
+//! the reference plugins). Only files count: a folder `one-cycle/` in the current directory (a
+//! plugin project of `lsgd-host new`, say) does not hide the plugin `one-cycle`; a project
+//! folder that holds its built component, `one-cycle/target/one-cycle.wasm`, stands for it.
 
 use std::path::{Path, PathBuf};
 
@@ -11,24 +13,46 @@ use crate::{Error, Result};
 /// ([`Error::NotFound`]).
 pub fn locate(arg: &str) -> Result<PathBuf> {
     let given = Path::new(arg);
-    if given.exists() || given.components().count() > 1 {
+    if given.is_file() {
         return Ok(given.to_path_buf());
     }
-    let file = if arg.ends_with(".wasm") {
-        arg.to_string()
+    let name = given
+        .file_name()
+        .map_or_else(|| arg.to_string(), |n| n.to_string_lossy().into_owned());
+    let mut passed_over = Vec::new();
+    if given.is_dir() {
+        let built = given.join("target").join(format!("{name}.wasm"));
+        if built.is_file() {
+            return Ok(built);
+        }
+        passed_over.push(format!(
+            "{arg} is a directory without a built {} (run its ./build.sh)",
+            built.display()
+        ));
+    } else if given.components().count() > 1 {
+        // A path with a directory part names one file; a missing one is reported by the load.
+        return Ok(given.to_path_buf());
+    }
+    let file = if name.ends_with(".wasm") {
+        name
     } else {
-        format!("{arg}.wasm")
+        format!("{name}.wasm")
     };
     let dirs = search_dirs();
-    dirs.iter()
-        .map(|d| d.join(&file))
-        .find(|p| p.is_file())
-        .map(|p| p.canonicalize().unwrap_or(p))
-        .ok_or_else(|| Error::NotFound {
-            arg: arg.to_string(),
-            looked: dirs.iter().map(|d| d.display().to_string()).collect(),
-            file: file.clone(),
-        })
+    for candidate in dirs.iter().map(|d| d.join(&file)) {
+        if candidate.is_file() {
+            return Ok(candidate.canonicalize().unwrap_or(candidate));
+        }
+        if candidate.is_dir() {
+            passed_over.push(format!("{} is a directory", candidate.display()));
+        }
+    }
+    Err(Error::NotFound {
+        arg: arg.to_string(),
+        looked: dirs.iter().map(|d| d.display().to_string()).collect(),
+        file,
+        passed_over,
+    })
 }
 
 /// `$LSGD_PLUGIN_PATH` entries, then `<binary dir>/../plugins`, then `./target/plugins`.
@@ -46,4 +70,41 @@ pub fn search_dirs() -> Vec<PathBuf> {
     }
     dirs.push(PathBuf::from("target/plugins"));
     dirs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_of_the_same_name_is_passed_over_and_named_when_nothing_matches() {
+        let dir = std::env::temp_dir().join(format!("lsgd-locate-{}", std::process::id()));
+        let name = dir.join("one-cycle");
+        std::fs::create_dir_all(&name).unwrap();
+        let arg = name.display().to_string();
+        let err = locate(&arg).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "no plugin file `{arg}`: not a path, and no one-cycle.wasm in "
+            )),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!(
+                "(passed over: {arg} is a directory without a built {arg}/target/one-cycle.wasm \
+                 (run its ./build.sh))"
+            )),
+            "{err}"
+        );
+        // Once built, the project stands for its component.
+        let built = name.join("target/one-cycle.wasm");
+        std::fs::create_dir_all(built.parent().unwrap()).unwrap();
+        std::fs::write(&built, b"\0asm").unwrap();
+        assert_eq!(locate(&arg).unwrap(), built);
+        // A file is found as given.
+        let file = dir.join("plugin.wasm");
+        std::fs::write(&file, b"\0asm").unwrap();
+        assert_eq!(locate(&file.display().to_string()).unwrap(), file);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
