@@ -14,7 +14,28 @@ fn second_load_comes_from_the_cache() {
     assert!(matches!(first.facts().origin, Origin::Compiled(_)));
     let second = rt.load(&plugin_path("cosine"), None).unwrap();
     assert!(matches!(second.facts().origin, Origin::Cached(_)));
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    assert_eq!(entries(&dir).len(), 1);
+    // Beside the entry, how long it took to compile, for `inspect`.
+    let recorded = rt
+        .cache()
+        .compile_time(rt.engine(), &std::fs::read(plugin_path("cosine")).unwrap());
+    let Origin::Compiled(took) = first.facts().origin else {
+        unreachable!("checked above")
+    };
+    let recorded = recorded.expect("the compile time is kept beside the entry");
+    assert!(
+        (recorded.as_secs_f64() - took.as_secs_f64()).abs() < 1e-6,
+        "{recorded:?} {took:?}"
+    );
+}
+
+/// The compiled components in a cache directory (not the compile times beside them).
+fn entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect()
 }
 
 #[test]
@@ -22,12 +43,7 @@ fn damaged_entry_is_recompiled() {
     let dir = scratch("cache-damaged");
     let rt = Runtime::new(Cache::new(Some(dir.clone())), Limits::default()).unwrap();
     rt.load(&plugin_path("poly"), None).unwrap();
-    let entry = std::fs::read_dir(&dir)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let entry = entries(&dir).pop().unwrap();
     std::fs::write(&entry, b"garbage").unwrap();
     let p = rt.load(&plugin_path("poly"), None).unwrap();
     assert!(matches!(p.facts().origin, Origin::Compiled(_)));

@@ -189,3 +189,90 @@ fn compare_exit_codes() {
     assert_eq!(kinds.status.code(), Some(2));
     assert!(stderr(&kinds).contains("cannot compare a schedule plugin"));
 }
+
+#[test]
+fn a_directory_named_like_a_plugin_is_passed_over() {
+    let cwd = scratch("cli-lookup");
+    let at_cwd = |args: &[&str]| lsgd_command(args).current_dir(&cwd).output().unwrap();
+    // A project folder of the same name as a reference plugin: the plugin is still found.
+    std::fs::create_dir_all(cwd.join("warmup/src")).unwrap();
+    let found = at_cwd(&[&["trace", "--schedule", "warmup"], SHAPE].concat());
+    assert!(found.status.success(), "{}", stderr(&found));
+    let golden = std::fs::read_to_string(root().join("tests/golden/warmup.csv")).unwrap();
+    assert_eq!(stdout(&found), golden);
+    // A project folder that is nothing else: the error lists where it looked and what it passed.
+    std::fs::create_dir_all(cwd.join("one-cycle")).unwrap();
+    let missing = at_cwd(&[&["trace", "--schedule", "one-cycle"], SHAPE].concat());
+    assert_eq!(missing.status.code(), Some(2));
+    let err = stderr(&missing);
+    assert!(
+        err.contains("no plugin file `one-cycle`: not a path, and no one-cycle.wasm in ")
+            && err.contains(
+                "(passed over: one-cycle is a directory without a built \
+                 one-cycle/target/one-cycle.wasm (run its ./build.sh))"
+            )
+            && !err.contains("Is a directory"),
+        "{err}"
+    );
+    // Once built, the project folder stands for its plugin.
+    std::fs::create_dir_all(cwd.join("one-cycle/target")).unwrap();
+    std::fs::copy(
+        plugin_path("cosine"),
+        cwd.join("one-cycle/target/one-cycle.wasm"),
+    )
+    .unwrap();
+    let built = at_cwd(&["inspect", "one-cycle"]);
+    assert!(built.status.success(), "{}", stderr(&built));
+    assert!(
+        stdout(&built).contains("one-cycle/target/one-cycle.wasm"),
+        "{}",
+        stdout(&built)
+    );
+}
+
+#[test]
+fn a_second_inspect_of_a_python_plugin_loads_it_from_the_cache() {
+    let cache = scratch("cli-inspect-cache");
+    let python = plugin_path("warmup-python");
+    let inspect = |extra: &str| {
+        lsgd_command(&["inspect", python.to_str().unwrap(), extra])
+            .env("LSGD_CACHE_DIR", &cache)
+            .output()
+            .unwrap()
+    };
+    let first = inspect("--format=json");
+    assert!(first.status.success(), "{}", stderr(&first));
+    let j: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(j["compiled_now"], true, "{j}");
+    let compile_ms = j["compile_ms"].as_f64().unwrap();
+    // 18 MiB of CPython: seconds to compile, which the host says while it happens.
+    if compile_ms > 1000.0 {
+        assert!(
+            stderr(&first).contains("first use, cached afterwards) …"),
+            "{}",
+            stderr(&first)
+        );
+    }
+    let start = std::time::Instant::now();
+    let second = inspect("--format=json");
+    let took = start.elapsed();
+    assert!(second.status.success(), "{}", stderr(&second));
+    let j: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap();
+    // Nothing is compiled: the compile time is the one recorded by the first call.
+    assert_eq!(j["compiled_now"], false, "{j}");
+    let recorded = j["compile_ms"].as_f64().unwrap();
+    assert!((recorded - compile_ms).abs() <= 1e-3, "{j}");
+    assert!(j["cached_load_ms"].as_f64().is_some(), "{j}");
+    assert!(
+        !stderr(&second).contains("compiling"),
+        "{}",
+        stderr(&second)
+    );
+    eprintln!("second inspect of warmup-python: {took:?} (first compiled in {compile_ms:.0} ms)");
+    // `--recompile` measures a fresh compilation again.
+    let again = inspect("--recompile");
+    assert!(again.status.success(), "{}", stderr(&again));
+    let text = stdout(&again);
+    let compile = text.lines().find(|l| l.starts_with("compile:")).unwrap();
+    assert!(!compile.contains("when first compiled"), "{compile}");
+}

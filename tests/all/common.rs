@@ -92,12 +92,16 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// Runs the `lsgd-host` binary with the built plugins on its path and a private cache.
 pub fn lsgd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lsgd-host"))
-        .args(args)
+    lsgd_command(args).output().unwrap()
+}
+
+/// The command [`lsgd`] runs, to be given a working directory or other variables first.
+pub fn lsgd_command(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lsgd-host"));
+    c.args(args)
         .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
-        .env("LSGD_CACHE_DIR", scratch_cache())
-        .output()
-        .unwrap()
+        .env("LSGD_CACHE_DIR", scratch_cache());
+    c
 }
 
 /// The component cache of CLI tests.

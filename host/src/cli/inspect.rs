@@ -20,6 +20,10 @@ pub struct InspectArgs {
     /// `json` for scripts; anything else prints text.
     #[arg(long, value_enum)]
     format: Option<Format>,
+    /// Time a fresh compilation even when the compile cache holds the plugin (seconds for a
+    /// Python plugin).
+    #[arg(long)]
+    recompile: bool,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -37,7 +41,11 @@ struct Report {
     summary: String,
     params: Vec<Param>,
     imports: Vec<String>,
-    compile_ms: f64,
+    /// How long compiling took: now, or when the cache entry was written (`None` when the
+    /// cache holds it without the time).
+    compile_ms: Option<f64>,
+    /// Whether `compile_ms` was measured by this call.
+    compiled_now: bool,
     cached_load_ms: Option<f64>,
     canonical_nans: bool,
 }
@@ -56,14 +64,26 @@ pub fn run(args: InspectArgs) -> Result<()> {
     let runtime = args.limits.runtime()?;
     let path = locate(&args.plugin)?;
     let plugin = runtime.load(&path, None)?;
-    // Always time a fresh compilation, whatever the cache holds.
+    let engine = runtime.engine_of(plugin.kind());
     let bytes = std::fs::read(&path)?;
-    let start = Instant::now();
-    Component::new(runtime.engine_of(plugin.kind()), &bytes).map_err(lsgd_runtime::Error::from)?;
-    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-    let cached_load_ms = match runtime.load(&path, None)?.facts().origin {
-        Origin::Cached(d) => Some(d.as_secs_f64() * 1e3),
-        Origin::Compiled(_) => None,
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let (compile_ms, compiled_now, cached_load_ms) = match plugin.facts().origin {
+        _ if args.recompile => {
+            let start = Instant::now();
+            Component::new(engine, &bytes).map_err(lsgd_runtime::Error::from)?;
+            let again = runtime.load(&path, None)?.facts().origin;
+            (Some(ms(start.elapsed())), true, cached_ms(again))
+        }
+        // Compiled now: load it once more to time the cache.
+        Origin::Compiled(took) => {
+            let again = runtime.load(&path, None)?.facts().origin;
+            (Some(ms(took)), true, cached_ms(again))
+        }
+        Origin::Cached(load) => (
+            runtime.cache().compile_time(engine, &bytes).map(ms),
+            false,
+            Some(ms(load)),
+        ),
     };
     let info = plugin.info();
     let report = Report {
@@ -92,6 +112,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
             .collect(),
         imports: plugin.facts().imports.clone(),
         compile_ms,
+        compiled_now,
         cached_load_ms,
         canonical_nans: plugin.facts().canonical_nans,
     };
@@ -124,15 +145,14 @@ fn print_text(r: &Report) {
     } else {
         "native NaNs (--codec-canonical-nans for canonical)"
     };
+    let compiled = match (r.compile_ms, r.compiled_now) {
+        (Some(c), true) => format!("{c:.1} ms"),
+        (Some(c), false) => format!("{c:.1} ms when first compiled"),
+        (None, _) => "time not recorded (--recompile measures it)".into(),
+    };
     match r.cached_load_ms {
-        Some(c) => println!(
-            "compile:     {:.1} ms; from cache {c:.2} ms; {nans}",
-            r.compile_ms
-        ),
-        None => println!(
-            "compile:     {:.1} ms (cache disabled); {nans}",
-            r.compile_ms
-        ),
+        Some(c) => println!("compile:     {compiled}; from cache {c:.2} ms; {nans}"),
+        None => println!("compile:     {compiled} (cache disabled); {nans}"),
     }
     if r.imports.is_empty() {
         println!("imports:     none");
@@ -181,6 +201,14 @@ fn print_text(r: &Report) {
             "  {:<w$}  {:<tw$}  {:<dw$}  {}",
             p.name, p.ty, default, p.doc
         );
+    }
+}
+
+/// The load time of `origin` when it came from the cache.
+fn cached_ms(origin: Origin) -> Option<f64> {
+    match origin {
+        Origin::Cached(d) => Some(d.as_secs_f64() * 1e3),
+        Origin::Compiled(_) => None,
     }
 }
 

@@ -224,7 +224,7 @@ impl Runtime {
         };
         let (component, origin) = self
             .cache
-            .load(&sandboxed.engine, &bytes)
+            .load(&sandboxed.engine, &bytes, &label)
             .map_err(|e| load_err(format!("not a valid component: {}", wasm_msg(&e))))?;
         let contract = Contract::detect(
             component
