@@ -32,14 +32,14 @@ fn tool(path: PathBuf) -> PathBuf {
     path
 }
 
-fn lsgd(args: &[&str]) -> Output {
+pub fn lsgd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lsgd-host"))
         .args(args)
         .output()
         .unwrap()
 }
 
-fn text(o: &Output) -> String {
+pub fn text(o: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&o.stdout),
@@ -65,57 +65,64 @@ fn plugin_build() -> PathBuf {
 /// component and what `new` printed.
 fn scaffold_and_build(lang: &str, kind: &str) -> (PathBuf, String) {
     let name = format!("my-{lang}-{kind}");
-    let dir = scratch(&format!("scaffold-{lang}-{kind}")).join(&name);
+    let (dir, hint) = new_project(lang, kind, &name);
+    (build_project(lang, &dir, &name), hint)
+}
+
+/// Creates the project `name` with `lsgd-host new` in a scratch directory; returns its
+/// directory and what `new` printed.
+pub fn new_project(lang: &str, kind: &str, name: &str) -> (PathBuf, String) {
+    let dir = scratch(&format!("scaffold-{name}")).join(name);
     let o = lsgd(&[
         "new",
         "--lang",
         lang,
         "--kind",
         kind,
-        &name,
+        name,
         "--dir",
         dir.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let hint = text(&o);
     assert!(hint.contains("./build.sh"), "{hint}");
-    let venv = env_or("LSGD_VENV", || cache_root().join("venv"));
+    (dir, hint)
+}
+
+/// Builds the project in `dir` with its `./build.sh` as a user would on a machine where
+/// lsgd-host's setup ran: no variable names a tool (the build finds componentize-py,
+/// componentize-qjs and Go where setup put them), except lsgd-plugin-build, this
+/// repository's own tool, for C and Go. Returns the component.
+pub fn build_project(lang: &str, dir: &Path, name: &str) -> PathBuf {
     let mut build = Command::new("bash");
     build.arg(dir.join("build.sh"));
+    for var in [
+        "COMPONENTIZE_PY",
+        "COMPONENTIZE_QJS",
+        "GO",
+        "LSGD_PLUGIN_BUILD",
+    ] {
+        build.env_remove(var);
+    }
     match lang {
         "c" | "go" => {
             build.env("LSGD_PLUGIN_BUILD", plugin_build());
         }
-        "python" => {
-            build.env("COMPONENTIZE_PY", tool(venv.join("bin/componentize-py")));
-        }
-        "js" => {
-            build.env(
-                "COMPONENTIZE_QJS",
-                tool(cache_root().join("npm/node_modules/.bin/componentize-qjs")),
-            );
-        }
         // cargo test holds the lock on the workspace's target directory: build elsewhere.
-        _ => {
+        "rust" => {
             build.env("CARGO_TARGET_DIR", cache_root().join("scaffold-target"));
         }
-    }
-    if lang == "go" {
-        build
-            .env("GO", tool(venv.join("bin/go")))
-            .env("GOTOOLCHAIN", "local")
-            .env("GOCACHE", cache_root().join("go-build"))
-            .env("GOPATH", cache_root().join("go"));
+        _ => {}
     }
     let o = build.output().unwrap();
     assert!(
         o.status.success(),
-        "{lang} {kind}: ./build.sh failed:\n{}",
+        "{lang} {name}: ./build.sh failed:\n{}",
         text(&o)
     );
     let wasm = dir.join("target").join(format!("{name}.wasm"));
     assert!(wasm.is_file(), "{}", wasm.display());
-    (wasm, hint)
+    wasm
 }
 
 /// The component exports `lsgd:policy/plugin@0.3.0` and `lsgd:policy/KIND@0.3.0`, and nothing

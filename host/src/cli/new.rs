@@ -71,6 +71,8 @@ pub struct NewArgs {
 
 const WIT: &str = include_str!("../../../wit/v0.3.0/policy.wit");
 const README: &str = include_str!("../../templates/project-README.md");
+/// The tool look-up every non-Rust `build.sh` starts with (`{{find_tool}}` in the templates).
+const FIND_TOOL: &str = include_str!("../../templates/find-tool.sh");
 /// Sample tensor norms a layer-rate project is traced with (`trace --norms-file norms.csv`).
 const NORMS: &str = include_str!("../../templates/norms.csv");
 
@@ -266,6 +268,7 @@ pub fn run(args: NewArgs) -> Result<()> {
             )
             .replace("{{lang}}", language_name(args.lang))
             .replace("{{build}}", &prerequisites(args.lang))
+            .replace("{{find_tool}}\n", FIND_TOOL)
     };
     for f in files(args.lang, args.kind) {
         let path = dir.join(&f.path);

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds this plugin into target/{{name}}.wasm (or the path given). Needs clang-19, lld-19,
 # libclang-rt-19-dev-wasm32 and wasi-libc (Debian), and lsgd-plugin-build from lsgd-host's
-# plugins/ (on PATH, or named by $LSGD_PLUGIN_BUILD), which writes the C bindings and lsgd_kit.h
-# and turns the core module into a component.
+# plugins/ ($LSGD_PLUGIN_BUILD, where lsgd-host's scripts put it, or PATH), which writes the C
+# bindings and lsgd_kit.h and turns the core module into a component.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="$(realpath -m -- "${1:-$here/target/{{name}}.wasm}")"
-tool="${LSGD_PLUGIN_BUILD:-lsgd-plugin-build}"
+{{find_tool}}
+tool="$(find_tool LSGD_PLUGIN_BUILD lsgd-plugin-build "$lsgd_cache/target/debug/lsgd-plugin-build")"
 work="$here/target/build"
 mkdir -p "$work" "$(dirname "$out")"
 "$tool" c-bindings "$here/wit" {{world}} "$work"

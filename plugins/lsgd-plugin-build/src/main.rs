@@ -10,7 +10,8 @@
 //!     Embeds WORLD's type information unless the module already carries it, adapts
 //!     wasi_snapshot_preview1 imports (wasi-libc's stdio) to WASI 0.2 with wasmtime 48's reactor
 //!     adapter, or with `--wasi-stub` to a stub of our own (see `wasi_stub.rs`: Go's runtime
-//!     cannot share its memory with the real adapter), and writes the component.
+//!     cannot share its memory with the real adapter; the stub passes fd 2 to
+//!     `wasi:cli/stderr`), and writes the component.
 //! lsgd-plugin-build exports COMPONENT.wasm
 //!     Prints the names the component exports, one a line (`lsgd:policy/plugin@0.3.0` ...:
 //!     what the host reads to tell a plugin's contract version and kind), without compiling it.

@@ -1,6 +1,8 @@
 //! Errors of the plugin runtime. Every fault names the plugin file, the call and, where there is
 //! one, the training step, because a user staring at a failed 90-epoch run needs all three.
 
+use super::guest::{self, GuestReport};
+
 /// What went wrong inside or around a plugin.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Fault {
@@ -52,35 +54,36 @@ pub enum Fault {
     GaveUp { faults: u32, last: Box<Fault> },
 }
 
-/// A plugin fault with the context needed to find it: file, call, step.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error(
-    "plugin {plugin}: {call}{}: {fault}{}",
-    at_step(*.step),
-    stderr_tail(.guest_stderr.as_deref())
-)]
+/// A plugin fault with the context needed to find it: file, call, step. A trap leads with what
+/// the guest said (a Python exception, a Rust panic's message, a C/Go/JavaScript error line;
+/// see [`super::guest`]), then the rest of its report, then the wasm trap and its backtrace.
+#[derive(Debug, Clone, PartialEq)]
 pub struct PluginError {
     /// The plugin as the user named it (its file path).
-    pub plugin: String,
+    pub plugin: Box<str>,
     /// The WIT function (or load stage) that failed, e.g. `learning-rate`.
     pub call: &'static str,
     /// The training step of the call, when the call had one.
     pub step: Option<u64>,
     /// What went wrong.
     pub fault: Fault,
-    /// The tail of what the guest wrote to stderr, e.g. a Rust panic message.
-    pub guest_stderr: Option<String>,
+    /// What the guest wrote to stderr (its last 16 KiB), e.g. a Rust panic message or a
+    /// Python traceback.
+    pub guest_stderr: Option<Box<str>>,
+    /// The wasm frames of a trap, innermost first, as wasmtime prints them.
+    pub backtrace: Option<Box<str>>,
 }
 
 impl PluginError {
     /// A fault outside any step (loading, describe, configure).
     pub fn new(plugin: impl Into<String>, call: &'static str, fault: Fault) -> Self {
         PluginError {
-            plugin: plugin.into(),
+            plugin: plugin.into().into_boxed_str(),
             call,
             step: None,
             fault,
             guest_stderr: None,
+            backtrace: None,
         }
     }
 
@@ -89,22 +92,55 @@ impl PluginError {
         self.step = Some(step);
         self
     }
+
+    /// What the guest said, read in its language's terms ([`super::guest::report`]).
+    pub fn guest_report(&self) -> Option<GuestReport> {
+        self.guest_stderr.as_deref().and_then(guest::report)
+    }
 }
+
+impl std::fmt::Display for PluginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "plugin {}: {}{}: ",
+            self.plugin,
+            self.call,
+            at_step(self.step)
+        )?;
+        match (&self.fault, self.guest_report()) {
+            (Fault::Trap(reason), Some(report)) => {
+                write!(f, "trapped: {}", report.headline)?;
+                for line in &report.details {
+                    write!(f, "\n  {line}")?;
+                }
+                write!(f, "\n  {reason}")?;
+            }
+            (fault, report) => {
+                write!(f, "{fault}")?;
+                if let Some(report) = report {
+                    write!(f, "\n  plugin stderr: {}", report.headline)?;
+                    for line in &report.details {
+                        write!(f, "\n    {line}")?;
+                    }
+                }
+            }
+        }
+        if let Some(backtrace) = self.backtrace.as_deref().filter(|b| !b.trim().is_empty()) {
+            write!(f, "\n  wasm backtrace:")?;
+            for line in backtrace.trim_end().lines() {
+                write!(f, "\n  {line}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PluginError {}
 
 /// ` at step N`, when the call had a step.
 fn at_step(step: Option<u64>) -> String {
     step.map(|s| format!(" at step {s}")).unwrap_or_default()
-}
-
-/// The guest's stderr on indented lines after the message, when it wrote anything.
-fn stderr_tail(stderr: Option<&str>) -> String {
-    match stderr.filter(|s| !s.trim().is_empty()) {
-        Some(err) => format!(
-            "\n  plugin stderr: {}",
-            err.trim_end().replace('\n', "\n    ")
-        ),
-        None => String::new(),
-    }
 }
 
 /// A wasmtime error with its chain of causes on one line.
@@ -120,11 +156,25 @@ mod tests {
     fn messages_name_the_plugin_the_call_the_step_and_the_guest_stderr() {
         let e = PluginError::new("w.wasm", "configure", Fault::Param("x".into()));
         assert_eq!(e.to_string(), "plugin w.wasm: configure: bad parameter: x");
-        let mut e = PluginError::new("w.wasm", "learning-rate", Fault::Trap("boom".into()));
-        e.guest_stderr = Some("panicked at\nsrc/lib.rs:3\n".into());
+        let mut e = PluginError::new(
+            "w.wasm",
+            "learning-rate",
+            Fault::Trap("wasm trap: wasm `unreachable` instruction executed".into()),
+        );
+        e.guest_stderr = Some("thread '<unnamed>' panicked at src/lib.rs:3:5:\nboom\n".into());
+        e.backtrace = Some("    0: 0x1a2 - <unknown>!<wasm function 3>\n".into());
         assert_eq!(
             e.at_step(7).to_string(),
-            "plugin w.wasm: learning-rate at step 7: trapped: boom\n  plugin stderr: panicked at\n    src/lib.rs:3"
+            "plugin w.wasm: learning-rate at step 7: trapped: boom (panicked at src/lib.rs:3:5)\n  \
+             wasm trap: wasm `unreachable` instruction executed\n  wasm backtrace:\n      0: \
+             0x1a2 - <unknown>!<wasm function 3>"
+        );
+        let mut noisy = PluginError::new("w.wasm", "epsilon", Fault::Deadline { ms: 10 });
+        noisy.guest_stderr = Some("still here\nand here\n".into());
+        assert_eq!(
+            noisy.to_string(),
+            "plugin w.wasm: epsilon: exceeded its 10 ms wall-clock deadline (a backstop; raise it \
+             with --plugin-deadline-ms)\n  plugin stderr: still here\n    and here"
         );
         let cap = Fault::MemoryCap {
             cap: 64 << 20,

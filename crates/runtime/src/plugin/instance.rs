@@ -16,7 +16,7 @@ use std::time::Instant;
 use lsgd_codec::{Meta, Properties};
 use lsgd_policy::{Info, State, TensorNorms, Value};
 use wasmtime::component::InstancePre;
-use wasmtime::{Engine, Store, Trap};
+use wasmtime::{Engine, Store, Trap, WasmBacktrace};
 
 use super::binding::{Bound, Indices};
 use super::cache::Origin;
@@ -576,6 +576,7 @@ impl Plugin {
         budget: Budget,
     ) -> PluginError {
         let trap = e.downcast_ref::<Trap>().copied();
+        let mut backtrace = None;
         let fault = if let Some(requested) = store.data().memory_cap_hit() {
             Fault::MemoryCap {
                 cap: self.limits.memory_bytes,
@@ -609,13 +610,30 @@ impl Plugin {
                  below address 0: unbounded or too deep recursion)"
                     .into(),
             )
+        } else if let Some(trap) = trap {
+            // The frames go after what the guest said (PluginError's Display).
+            backtrace = e.downcast_ref::<WasmBacktrace>().map(|b| frames(b).into());
+            Fault::Trap(trap.to_string())
         } else {
             Fault::Trap(wasm_msg(&e))
         };
         let mut err = PluginError::new(self.label.clone(), call, fault);
-        err.guest_stderr = Some(store.data().stderr()).filter(|s| !s.is_empty());
+        err.guest_stderr = Some(store.data().stderr())
+            .filter(|s| !s.is_empty())
+            .map(String::into_boxed_str);
+        err.backtrace = backtrace;
         err
     }
+}
+
+/// A wasm backtrace's frames, one a line, without wasmtime's heading.
+fn frames(backtrace: &WasmBacktrace) -> String {
+    let text = backtrace.to_string();
+    let text = text.trim_start();
+    text.strip_prefix("error while executing at wasm backtrace:")
+        .unwrap_or(text)
+        .trim_start_matches('\n')
+        .to_string()
 }
 
 /// Whether a memory fault's message names an address in the top MiB of the 32-bit space or

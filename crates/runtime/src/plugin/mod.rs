@@ -12,7 +12,8 @@
 //! - [`params`]: `--set` values type-checked against `describe()`;
 //! - [`sandbox`]: what an instance may touch (nothing) and its limits;
 //! - [`cache`]: compiled components on disk;
-//! - [`error`]: faults that name the plugin, the call and the step ([`PluginError`]).
+//! - [`error`]: faults that name the plugin, the call and the step ([`PluginError`]);
+//! - [`guest`]: a failed guest's stderr read in its language's terms (exception, panic).
 //!
 //! Imports run one way: `runtime` → `instance` → `binding` → `v0_*` → `types`, and everything
 //! may use `sandbox`, `error` and `contract`, which use nothing above them.
@@ -25,6 +26,7 @@ pub mod binding;
 pub mod cache;
 pub mod contract;
 pub mod error;
+pub mod guest;
 pub mod instance;
 pub mod locate;
 pub mod params;
@@ -38,6 +40,7 @@ pub mod v0_3;
 pub use cache::{Cache, Origin};
 pub use contract::{Contract, PolicyKind, Version};
 pub use error::{Fault, PluginError};
+pub use guest::GuestReport;
 pub use instance::Plugin;
 pub use runtime::{EngineOptions, Runtime};
 pub use sandbox::Limits;

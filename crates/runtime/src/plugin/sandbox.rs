@@ -1,15 +1,20 @@
 //! What a plugin instance may touch: nothing. The store data behind every instance — an empty
 //! WASI context with a fixed clock and seeded randomness (for toolchains that import WASI even
-//! when the policy never uses it), a memory cap, and a capture of the guest's stderr so that a
-//! panic message reaches the user's error report.
+//! when the policy never uses it), a memory cap, and a capture of the guest's stderr (its last
+//! 16 KiB, [`TailPipe`]) so that a panic message or an exception reaches the user's error report.
 
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{
     HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
 };
@@ -98,7 +103,8 @@ impl Limits {
     }
 }
 
-/// Keeps the last bytes of guest stderr; a runaway printer cannot eat host memory.
+/// How much of the guest's stderr is kept: its last bytes, so a runaway printer cannot eat host
+/// memory, and what it wrote last (a panic) is what a fault shows.
 const STDERR_CAPACITY: usize = 16 << 10;
 
 /// Fixed instant the guest's wall clock reports: 2017-06-08, the day Goyal et al. appeared.
@@ -109,13 +115,13 @@ pub struct Sandbox {
     wasi: WasiCtx,
     table: ResourceTable,
     memory: MemoryCap,
-    stderr: MemoryOutputPipe,
+    stderr: TailPipe,
 }
 
 impl Sandbox {
     /// An empty sandbox: no files, environment, arguments or network.
     pub fn new(limits: &Limits) -> Self {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let stderr = TailPipe::new(STDERR_CAPACITY);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone())
             .wall_clock(FixedClock)
@@ -145,9 +151,10 @@ impl Sandbox {
         self.memory.exceeded
     }
 
-    /// What the guest wrote to stderr so far, lossily decoded.
+    /// The last of what the guest wrote to stderr, lossily decoded (from the first whole line
+    /// when older output was dropped).
     pub fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.contents()).into_owned()
+        self.stderr.text()
     }
 }
 
@@ -209,5 +216,125 @@ impl ResourceLimiter for MemoryCap {
     ) -> wasmtime::Result<bool> {
         // Tables hold function references; a policy never needs millions of them.
         Ok(desired <= 1 << 20)
+    }
+}
+
+/// A guest's stderr that keeps the last `capacity` bytes written and never refuses a write: a
+/// plugin that logs every step keeps running (wasmtime's own memory pipe closes once full, and a
+/// Rust guest's `eprintln!` then panics), and its last words are what a fault shows.
+#[derive(Clone)]
+pub struct TailPipe {
+    capacity: usize,
+    /// The bytes kept, and whether older ones were dropped.
+    kept: Arc<Mutex<(VecDeque<u8>, bool)>>,
+}
+
+impl TailPipe {
+    /// An empty pipe keeping at most `capacity` bytes.
+    pub fn new(capacity: usize) -> Self {
+        TailPipe {
+            capacity,
+            kept: Arc::new(Mutex::new((VecDeque::new(), false))),
+        }
+    }
+
+    fn push(&self, bytes: &[u8]) {
+        let mut kept = self.kept.lock().expect("no writer panics holding it");
+        let (buffer, dropped) = &mut *kept;
+        buffer.extend(bytes);
+        let excess = buffer.len().saturating_sub(self.capacity);
+        if excess > 0 {
+            buffer.drain(..excess);
+            *dropped = true;
+        }
+    }
+
+    /// What is kept, lossily decoded; when older output was dropped, from the first line that
+    /// is whole.
+    pub fn text(&self) -> String {
+        let kept = self.kept.lock().expect("no writer panics holding it");
+        let (buffer, dropped) = &*kept;
+        let bytes: Vec<u8> = buffer.iter().copied().collect();
+        let start = match dropped {
+            true => bytes.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1),
+            false => 0,
+        };
+        String::from_utf8_lossy(&bytes[start..]).into_owned()
+    }
+}
+
+impl IsTerminal for TailPipe {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for TailPipe {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+}
+
+impl OutputStream for TailPipe {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        self.push(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        // Any amount: what does not fit pushes the oldest bytes out.
+        Ok(self.capacity.max(4096))
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for TailPipe {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for TailPipe {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.push(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_pipe_keeps_the_last_bytes_from_a_whole_line_and_never_refuses() {
+        let mut pipe = TailPipe::new(16);
+        pipe.write(bytes::Bytes::from_static(b"first\n")).unwrap();
+        assert_eq!(pipe.text(), "first\n");
+        for _ in 0..100 {
+            pipe.write(bytes::Bytes::from_static(b"log line\n"))
+                .unwrap();
+        }
+        pipe.write(bytes::Bytes::from_static(b"panic: x\n"))
+            .unwrap();
+        assert!(pipe.check_write().unwrap() > 0);
+        assert_eq!(pipe.text(), "panic: x\n");
     }
 }

@@ -6,9 +6,10 @@
 // same in every later 0.x version), exports `cabi_realloc` for the host to pass lists and
 // strings in, and leaves a plugin three things to define: `info` (what describe returns),
 // `configure(Params) error` and one policy function (see lsgd_schedule.go and its siblings).
-// `lsgd-plugin-build componentize` then wraps the core module into a component with the wasip1
-// adapter. The export names carry the contract version (`@0.1.0`, which the repository's Go
-// plugins target); `lsgd-host new` writes these files with the version of the WIT it scaffolds.
+// `lsgd-plugin-build componentize --wasi-stub` then wraps the core module into a component, with
+// a stub in place of the wasip1 adapter that passes stderr (where Go prints a panic) to the host.
+// The export names carry the contract version (`@0.1.0`, which the repository's Go plugins
+// target); `lsgd-host new` writes these files with the version of the WIT it scaffolds.
 package main
 
 import (

@@ -24,7 +24,8 @@ def plugin(spec: t.PluginInfo, config: Callable[[Dict[str, object]], object]):
 
     # A policy call allocates only acyclic objects (the train-state record), which reference
     # counting frees; CPython's cycle collector would now and then walk the whole interpreter
-    # heap, milliseconds that can exceed the host's 10 ms deadline on a busy machine.
+    # heap, millions of instructions that can exhaust a call's fuel budget (10^7 units by
+    # default, --plugin-fuel).
     gc.collect()
     gc.disable()
     current = [config(resolve(spec, []))]
