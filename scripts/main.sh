@@ -14,6 +14,10 @@ cargo build --locked -p lsgd-host
 bash scripts/build-plugins.sh
 out="${LSGD_OUT:-out/main}"
 lsgd="$CARGO_TARGET_DIR/debug/lsgd-host"
+# The main job is meant to be re-run: each run replaces the last one's files in $out, unless
+# the arguments continue it (--resume).
+fresh=(--overwrite)
+for a in "$@"; do [[ "$a" == --resume* ]] && fresh=(); done
 "$lsgd" run --schedule warmup --model cnn --epochs 4 --global-batch 1024 --base-lr 0.1 \
-  --set schedule.warmup_epochs=1 --set schedule.milestones=3 --out "$out" "$@"
+  --set schedule.warmup_epochs=1 --set schedule.milestones=3 --out "$out" "${fresh[@]}" "$@"
 "$lsgd" plot "$out/metrics.jsonl" -o "$out/curves.png"

@@ -241,6 +241,7 @@ fn a_config_file_says_error_feedback_as_a_switch_or_a_mode() {
             "1",
             "--out",
             out.to_str().unwrap(),
+            "--overwrite",
         ]);
         assert!(o.status.success(), "{value}: {}", stderr(&o));
         assert!(stderr(&o).contains(announced), "{value}: {}", stderr(&o));

@@ -210,8 +210,8 @@ fn event_files_hold_the_scalars_of_metrics_jsonl() {
     assert_eq!(got["restart/world_size_after"], [(12, 1.0)]);
     assert_eq!(got["restart/lost_ranks"], [(12, 2.0)]);
 
-    // A new run in the same directory starts over.
-    run(&out, "1", &[]);
+    // A new run in the same directory (told to replace the old one) starts over.
+    run(&out, "1", &["--overwrite"]);
     assert_eq!(event_files(&out).len(), 1, "{:?}", event_files(&out));
     let got = assert_same(&out, "a new run over an old one");
     assert_eq!(got["train/loss"].len(), 12);

@@ -59,6 +59,7 @@ pub(crate) fn config(
             consistency_every: 100,
             slow: None,
             keep_checkpoints: 2,
+            overwrite: false,
         },
     }
 }

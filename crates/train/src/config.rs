@@ -139,6 +139,10 @@ pub struct Invocation {
     /// checkpoints written before it existed).
     #[serde(default = "default_keep_checkpoints")]
     pub keep_checkpoints: u32,
+    /// `--overwrite`: a new run may replace another run's files in `out` (otherwise it
+    /// refuses such an `out`; see [`crate::rundir`]).
+    #[serde(default)]
+    pub overwrite: bool,
 }
 
 /// `--keep-checkpoints`' default: the newest generation and one to fall back to.
@@ -300,6 +304,7 @@ mod tests {
                 consistency_every: 100,
                 slow: None,
                 keep_checkpoints: 2,
+                overwrite: false,
             },
         };
         let v = serde_json::to_value(&c).unwrap();

@@ -74,8 +74,8 @@ pub enum Error {
     },
     /// The loss stopped being a number.
     #[error(
-        "training diverged at step {step}: loss {loss} (lr {lr}, batch {batch}); the last checkpoint is in {}",
-        .out.display()
+        "training diverged at step {step}: loss {loss} (lr {lr}, batch {batch}); {}",
+        newest_checkpoint(.checkpoint.as_ref())
     )]
     Diverged {
         /// The step.
@@ -86,13 +86,13 @@ pub enum Error {
         lr: f64,
         /// Its global batch.
         batch: usize,
-        /// The run directory.
-        out: PathBuf,
+        /// The newest checkpoint this run wrote or resumed from, with its step.
+        checkpoint: Option<(PathBuf, u64)>,
     },
     /// fp16 gradients kept overflowing until no loss scale could help.
     #[error(
-        "fp16 loss scaling gave up at step {step}: {skipped} step(s) in a row overflowed and the loss scale fell to {scale:e}, below 2^-24; the forward pass overflows fp16 or training diverged (try --precision bf16 or a lower LR); the last checkpoint is in {}",
-        .out.display()
+        "fp16 loss scaling gave up at step {step}: {skipped} step(s) in a row overflowed and the loss scale fell to {scale:e}, below 2^-24; the forward pass overflows fp16 or training diverged (try --precision bf16 or a lower LR); {}",
+        newest_checkpoint(.checkpoint.as_ref())
     )]
     LossScaleCollapsed {
         /// The step.
@@ -101,8 +101,8 @@ pub enum Error {
         skipped: u32,
         /// The scale it fell to.
         scale: f64,
-        /// The run directory.
-        out: PathBuf,
+        /// The newest checkpoint this run wrote or resumed from, with its step.
+        checkpoint: Option<(PathBuf, u64)>,
     },
     /// A plugin fault stopped training after the state was saved. The fault is part of the
     /// message (not only its source) so that every way of printing it names the plugin.
@@ -153,6 +153,18 @@ impl Error {
     pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let context = context.into();
         move |source| Error::Io { context, source }
+    }
+}
+
+/// Where a stopped run can be continued from: its newest checkpoint, or that it has none.
+fn newest_checkpoint(checkpoint: Option<&(PathBuf, u64)>) -> String {
+    match checkpoint {
+        Some((path, step)) => format!(
+            "the newest checkpoint of this run is {} (step {step})",
+            path.display()
+        ),
+        None => "this run wrote no checkpoint (--checkpoint-every N writes one every N steps)"
+            .to_string(),
     }
 }
 

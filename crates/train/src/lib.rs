@@ -22,6 +22,7 @@
 //! - [`tensorboard`]: the same records as TensorBoard event files;
 //! - [`parallel`]: this rank's shard and the cross-rank consistency check;
 //! - [`checkpoint`]: atomic save and resume;
+//! - [`rundir`]: a run directory belongs to one run (`--resume`, `--overwrite`);
 //! - [`progress`]: the progress bar or log lines;
 //! - [`error`]: the crate's error type.
 
@@ -39,6 +40,7 @@ pub mod order;
 pub mod parallel;
 pub mod precision;
 pub mod progress;
+pub mod rundir;
 pub mod tensorboard;
 pub mod tensors;
 pub mod trainer;

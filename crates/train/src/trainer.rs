@@ -25,12 +25,16 @@ use std::time::Instant;
 
 use lsgd_collective::{Algorithm, Traffic, World};
 use lsgd_policy::{Role, TensorNorms};
-use lsgd_runtime::plugin::{Plugin, PolicyKind};
+use lsgd_runtime::plugin::PolicyKind;
 use lsgd_runtime::policy::{Clock, Decision, PolicySet, RunShape};
 use tch::nn::{ModuleT, VarStore};
 use tch::{Device, Kind, Tensor};
 
 mod asynchronous;
+mod identity;
+mod resume;
+
+use identity::{plugin_records, same_plugins};
 
 use crate::checkpoint::{self, Meta, PluginRecord};
 use crate::config::{Mode, TrainConfig};
@@ -42,7 +46,7 @@ use crate::order::{SampleOrder, micro_batches};
 use crate::precision::{Autocast, LossScaler};
 use crate::progress::Progress;
 use crate::tensors::DataTensors;
-use crate::{Error, Reporting, Result, Summary, data, device, loss, parallel, tune_malloc};
+use crate::{Error, Reporting, Result, Summary, data, device, loss, parallel, rundir, tune_malloc};
 
 /// Prefix of model variables in checkpoints.
 const MODEL: &str = "model.";
@@ -117,6 +121,9 @@ pub struct Trainer<'w> {
     /// Each trainable tensor's name, shape and role, in the optimizer's order: what a
     /// layer-rate policy is told besides the norms.
     tensors: Vec<(String, Vec<u32>, Role)>,
+    /// The newest checkpoint of this run (written, or resumed from) and its step: what a
+    /// divergence points to.
+    last_checkpoint: Option<(PathBuf, u64)>,
 }
 
 impl<'w> Trainer<'w> {
@@ -157,12 +164,7 @@ impl<'w> Trainer<'w> {
             base_lr: run.base_lr,
             reference_batch: run.reference_batch,
         })?;
-        if world.is_root() {
-            std::fs::create_dir_all(&config.invocation.out).map_err(Error::io(format!(
-                "cannot create --out {}",
-                config.invocation.out.display()
-            )))?;
-        }
+        claim_out(world, config, resume)?;
         let mut trainer = Trainer {
             plugins,
             order: SampleOrder::new(run.seed, data.train.len),
@@ -187,6 +189,7 @@ impl<'w> Trainer<'w> {
             last_decision: None,
             staleness: Default::default(),
             tensors,
+            last_checkpoint: None,
         };
         let resumed_at = resume
             .map(|path| trainer.resume(path, reporting.quiet))
@@ -427,7 +430,7 @@ impl<'w> Trainer<'w> {
                 step: s.decision.state.step,
                 skipped: scaler.state().consecutive_skips,
                 scale: scaler.scale(),
-                out: self.config.invocation.out.clone(),
+                checkpoint: self.last_checkpoint.clone(),
             });
         }
         // A skipped step's weights are untouched; its loss may be inf from an fp16 overflow in
@@ -440,7 +443,7 @@ impl<'w> Trainer<'w> {
                 loss: s.loss,
                 lr: s.decision.lr,
                 batch: s.batch.global,
-                out: self.config.invocation.out.clone(),
+                checkpoint: self.last_checkpoint.clone(),
             });
         }
         self.clock.advance(
@@ -597,7 +600,9 @@ impl<'w> Trainer<'w> {
         let codec_state = self.gradients.checkpoint_tensors(self.world)?;
         let out = &self.config.invocation.out;
         if !self.world.is_root() {
-            return Ok(out.join(checkpoint::JSON_NAME));
+            let saved = out.join(checkpoint::JSON_NAME);
+            self.last_checkpoint = Some((saved.clone(), self.clock.step()));
+            return Ok(saved);
         }
         let mut tensors: Vec<(String, Tensor)> = self
             .vs
@@ -632,7 +637,9 @@ impl<'w> Trainer<'w> {
             policy_state,
             loss_scaler: self.scaler.as_ref().map(LossScaler::state),
         };
-        checkpoint::save(out, meta, &tensors)
+        let saved = checkpoint::save(out, meta, &tensors)?;
+        self.last_checkpoint = Some((saved.clone(), state.step));
+        Ok(saved)
     }
 
     /// After a plugin fault: flushes the metrics, saves the state before the current step and
@@ -735,121 +742,6 @@ impl<'w> Trainer<'w> {
         Ok((fault, saved))
     }
 
-    /// Continues the checkpoint at `path` (a run directory: its newest valid one): checks it
-    /// belongs to this run, restores weights, optimizer, codec state and clock; returns the
-    /// step it was taken at. Rank 0 says which checkpoint it used and why it skipped newer
-    /// ones (even when `quiet`: a skip means lost steps).
-    fn resume(&mut self, path: &Path, quiet: bool) -> Result<u64> {
-        let checkpoint::Loaded {
-            meta,
-            tensors,
-            json,
-            skipped,
-        } = checkpoint::resolve(path)?;
-        if self.world.is_root() {
-            let name = |p: &Path| {
-                p.file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            for s in &skipped {
-                eprintln!("resume: skipped {}: {}", name(&s.json), s.reason);
-            }
-            if !quiet || !skipped.is_empty() {
-                eprintln!(
-                    "resume: using {} (step {}, {}){}",
-                    json.display(),
-                    meta.step,
-                    meta.reason,
-                    if skipped.is_empty() {
-                        ""
-                    } else {
-                        ", the newest valid checkpoint"
-                    }
-                );
-            }
-        }
-        let path = json.as_path();
-        self.check_resumable(&meta, path)?;
-        let cannot =
-            |e: Error| Error::Checkpoint(format!("cannot restore {}: {e}", path.display()));
-        restore_model(&self.vs, &tensors).map_err(cannot)?;
-        self.opt
-            .load_state(&tensors, meta.last_lr)
-            .map_err(cannot)?;
-        self.gradients
-            .restore(&tensors, self.world.rank(), self.world.size())
-            .map_err(cannot)?;
-        self.clock = Clock::resume(
-            *self.clock.shape(),
-            meta.step,
-            meta.samples_seen,
-            meta.last_loss,
-            meta.last_metric,
-        );
-        self.epochs_evaluated = meta.epochs_evaluated;
-        if let Some(scaler) = &mut self.scaler {
-            let saved = meta.loss_scaler.ok_or_else(|| {
-                Error::Checkpoint(format!("{} has no fp16 loss-scaler state", path.display()))
-            })?;
-            scaler.restore(saved);
-        }
-        self.restore_policy_state(&meta, path)?;
-        Ok(meta.step)
-    }
-
-    /// Puts every stateful plugin back into the state the checkpoint recorded for it.
-    fn restore_policy_state(&mut self, meta: &Meta, path: &Path) -> Result<()> {
-        for kind in PolicyKind::EVERY {
-            let Some(plugin) = self.policies.get_mut(kind) else {
-                continue;
-            };
-            if !plugin.stateful() {
-                continue;
-            }
-            let saved = meta.policy_state.get(&kind.to_string()).ok_or_else(|| {
-                Error::Checkpoint(format!(
-                    "{} has no state for the stateful {kind} plugin {}",
-                    path.display(),
-                    plugin.label()
-                ))
-            })?;
-            let bytes = checkpoint::unhex(saved)
-                .map_err(|e| Error::Checkpoint(format!("{}: {kind} state: {e}", path.display())))?;
-            plugin.restore(meta.step, bytes).map_err(Error::from)?;
-        }
-        Ok(())
-    }
-
-    /// Refuses a resume that would not continue the same run: another [`crate::RunConfig`],
-    /// training set or set of plugins.
-    fn check_resumable(&self, meta: &Meta, path: &Path) -> Result<()> {
-        let mut problems = self.config.run.mismatches(&meta.config.run);
-        let train_len = self.data.train.len;
-        if meta.train_len != train_len {
-            problems.push(format!(
-                "training set: checkpoint has {} samples, this run has {train_len}",
-                meta.train_len
-            ));
-        }
-        let (now, then) = (identity(&self.plugins), identity(&meta.plugins));
-        if now != then {
-            problems.push(format!(
-                "policy plugins: checkpoint has [{}], this run has [{}]",
-                then.join("; "),
-                now.join("; ")
-            ));
-        }
-        if problems.is_empty() {
-            return Ok(());
-        }
-        Err(Error::Mismatch {
-            path: path.to_path_buf(),
-            problems,
-        })
-    }
-
     /// The line that opens a run: the model, the data, the ranks and the gradient path.
     fn announce(&mut self) {
         let params: usize = self.opt.params().iter().map(|p| p.tensor.numel()).sum();
@@ -888,6 +780,37 @@ impl<'w> Trainer<'w> {
     }
 }
 
+/// Makes `--out` this run's (rank 0 checks and creates it, see [`rundir::claim`]); every rank
+/// stops alike, with rank 0's message, when it refuses.
+fn claim_out(world: &World, config: &TrainConfig, resume: Option<&Path>) -> Result<()> {
+    let inv = &config.invocation;
+    let claimed = if world.is_root() {
+        rundir::claim(&inv.out, resume, inv.overwrite).and_then(|removed| {
+            if !removed.is_empty() {
+                eprintln!(
+                    "--overwrite: removed the previous run's {} file(s) from {}",
+                    removed.len(),
+                    inv.out.display()
+                );
+            }
+            std::fs::create_dir_all(&inv.out).map_err(Error::io(format!(
+                "cannot create --out {}",
+                inv.out.display()
+            )))
+        })
+    } else {
+        Ok(())
+    };
+    if world.size() == 1 {
+        return claimed;
+    }
+    let message = claimed.as_ref().err().map(ToString::to_string);
+    match world.first_message(message.as_deref())? {
+        Some((rank, message)) if claimed.is_ok() => Err(Error::OnRank { rank, message }),
+        _ => claimed,
+    }
+}
+
 /// `count` per second over `seconds` (0 when no time passed).
 fn per_second(count: u64, seconds: f64) -> f64 {
     if seconds > 0.0 {
@@ -895,124 +818,6 @@ fn per_second(count: u64, seconds: f64) -> f64 {
     } else {
         0.0
     }
-}
-
-/// How a plugin is identified when a resume compares plugins.
-fn identity(plugins: &[PluginRecord]) -> Vec<String> {
-    plugins
-        .iter()
-        .map(|p| {
-            format!(
-                "{} {} (blake3 {}…, params {:?})",
-                p.kind,
-                p.name,
-                &p.blake3[..12.min(p.blake3.len())],
-                p.params
-            )
-        })
-        .collect()
-}
-
-/// What a checkpoint records of each loaded plugin.
-fn plugin_records(policies: &PolicySet) -> Vec<PluginRecord> {
-    PolicyKind::EVERY
-        .iter()
-        .filter_map(|k| policies.get(*k))
-        .map(|p: &Plugin| PluginRecord {
-            kind: p.kind().to_string(),
-            file: p.label().to_string(),
-            blake3: p.facts().blake3.clone(),
-            name: p.info().name.clone(),
-            version: p.info().version.clone(),
-            params: p
-                .params()
-                .iter()
-                .map(|(k, v)| (k.clone(), lsgd_runtime::plugin::params::render(v)))
-                .collect(),
-        })
-        .collect()
-}
-
-/// Refuses, on every rank alike, ranks that loaded different plugins or parameters (an MPMD
-/// launch, or flags that differ per rank): one all-gather of a digest of each rank's plugins,
-/// then, on a mismatch only, of their records, to name the ranks and what differs.
-fn same_plugins(world: &World, plugins: &[PluginRecord]) -> Result<()> {
-    if world.size() == 1 {
-        return Ok(());
-    }
-    // The file's path may differ between ranks; its contents and parameters may not.
-    let identity: Vec<_> = plugins
-        .iter()
-        .map(|p| (&p.kind, &p.blake3, &p.params))
-        .collect();
-    let bytes = serde_json::to_vec(&identity).expect("strings serialize");
-    let digests = world.all_gather_u64(parallel::bytes_digest(std::iter::once(&bytes[..])))?;
-    if digests.iter().all(|&d| d == digests[0]) {
-        return Ok(());
-    }
-    let mine = serde_json::to_vec(plugins).expect("records serialize");
-    let (all, _) = world.all_gather_bytes(&mine)?;
-    let all: Vec<Vec<PluginRecord>> = all
-        .iter()
-        .map(|b| serde_json::from_slice(b))
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| Error::Config(format!("cannot compare the ranks' plugins: {e}")))?;
-    let mut problems = Vec::new();
-    for (rank, theirs) in all.iter().enumerate().skip(1) {
-        if digests[rank] != digests[0] {
-            problems.extend(plugin_differences(rank, theirs, &all[0]));
-        }
-    }
-    Err(Error::PluginsDiffer(problems))
-}
-
-/// How rank `rank`'s plugins differ from rank 0's, one line per plugin kind: "schedule: rank
-/// 1 runs bad-schedule.wasm with mode=trap, rank 0 with mode=ok".
-fn plugin_differences(rank: usize, theirs: &[PluginRecord], root: &[PluginRecord]) -> Vec<String> {
-    fn find<'a>(records: &'a [PluginRecord], kind: &str) -> Option<&'a PluginRecord> {
-        records.iter().find(|p| p.kind == kind)
-    }
-    let short = |p: &PluginRecord| p.blake3[..12.min(p.blake3.len())].to_string();
-    let mut kinds: Vec<&str> = theirs.iter().chain(root).map(|p| p.kind.as_str()).collect();
-    kinds.sort_unstable();
-    kinds.dedup();
-    let mut out = Vec::new();
-    for kind in kinds {
-        out.push(match (find(theirs, kind), find(root, kind)) {
-            (Some(a), Some(b)) if a.blake3 == b.blake3 => {
-                if a.params == b.params {
-                    continue;
-                }
-                format!(
-                    "{kind}: rank {rank} runs {} with {}, rank 0 with {}",
-                    a.file,
-                    params_not_in(a, b),
-                    params_not_in(b, a)
-                )
-            }
-            (Some(a), Some(b)) => format!(
-                "{kind}: rank {rank} runs {} (blake3 {}…), rank 0 runs {} (blake3 {}…)",
-                a.file,
-                short(a),
-                b.file,
-                short(b)
-            ),
-            (Some(a), None) => format!("{kind}: rank {rank} runs {}, rank 0 none", a.file),
-            (None, Some(b)) => format!("{kind}: rank {rank} runs none, rank 0 runs {}", b.file),
-            (None, None) => continue,
-        });
-    }
-    out
-}
-
-/// `a`'s parameters whose values `b` does not share, as `name=value, …`.
-fn params_not_in(a: &PluginRecord, b: &PluginRecord) -> String {
-    a.params
-        .iter()
-        .filter(|p| !b.params.contains(p))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The gradient exchange of `opt`'s parameters (bucket size, all-reduce, codec, error
@@ -1055,28 +860,6 @@ fn tensor_descriptions(vs: &VarStore, params: &[Param]) -> Vec<(String, Vec<u32>
             (p.name.clone(), shape, role)
         })
         .collect()
-}
-
-/// Copies the checkpoint's model variables into `vs`.
-fn restore_model(vs: &VarStore, tensors: &[(String, Tensor)]) -> Result<()> {
-    let _guard = tch::no_grad_guard();
-    for (name, mut var) in vs.variables() {
-        let key = format!("{MODEL}{name}");
-        let saved = tensors
-            .iter()
-            .find(|(n, _)| *n == key)
-            .map(|(_, t)| t)
-            .ok_or_else(|| Error::Checkpoint(format!("no tensor `{key}`")))?;
-        if saved.size() != var.size() {
-            return Err(Error::Checkpoint(format!(
-                "tensor `{key}` has shape {:?}, the model needs {:?}",
-                saved.size(),
-                var.size()
-            )));
-        }
-        var.copy_(&saved.to_device(var.device()));
-    }
-    Ok(())
 }
 
 /// The metrics writer on rank 0, nothing elsewhere.

@@ -175,6 +175,7 @@ fn train_config(setup: &Setup, out: &std::path::Path, precision: Precision) -> T
             consistency_every: 100,
             slow: None,
             keep_checkpoints: 2,
+            overwrite: true,
         },
     }
 }

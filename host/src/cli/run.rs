@@ -147,6 +147,10 @@ pub struct RunArgs {
     /// Continue from a checkpoint (its checkpoint.json, or the run directory).
     #[arg(long, value_name = "CKPT")]
     resume: Option<PathBuf>,
+    /// Start a new run in an --out that holds another run's checkpoints or metrics, removing
+    /// them first (without it such an --out is refused).
+    #[arg(long, conflicts_with = "resume")]
+    overwrite: bool,
     /// Write a checkpoint every N steps (0: only at the end and on a plugin fault).
     #[arg(long, default_value_t = 0, value_name = "N")]
     checkpoint_every: u64,
@@ -228,6 +232,7 @@ impl RunArgs {
                     .zip(self.slow_ms)
                     .map(|(rank, ms)| Slowdown { rank, ms }),
                 keep_checkpoints: self.keep_checkpoints,
+                overwrite: self.overwrite,
             },
         }
     }
