@@ -481,7 +481,7 @@ pub(crate) fn uncompressed_accuracy() -> f64 {
 }
 
 #[test]
-fn top_k_one_percent_with_error_feedback_on_two_ranks_lands_within_two_points() {
+fn top_k_one_percent_with_error_feedback_on_two_ranks_lands_within_three_points() {
     let out = scratch("codec-acc-top-k");
     let topk = accuracy_job(
         &out,
@@ -498,7 +498,12 @@ fn top_k_one_percent_with_error_feedback_on_two_ranks_lands_within_two_points() 
     let (a, b) = (uncompressed_accuracy(), accuracy(&topk));
     let ratio = steps(&out).iter().map(|s| s.compression_ratio).sum::<f64>() / 94.0;
     eprintln!("uncompressed {a:.2}%, top-k 1% + error feedback {b:.2}% (compression {ratio:.1}x)");
-    assert!((a - b).abs() <= 2.0, "uncompressed {a}%, top-k {b}%");
+    // One seed of this 94-step job moves by points between seeds and CPUs (the compression
+    // study's uncompressed seeds: 76.80 / 82.58 %): top-k landed within 2 points of it on the
+    // earlier build machines and 2.2 below on an AMD EPYC, with the code before issue 26 too
+    // (83.10 / 80.90 %). Without error feedback top-k 1 % lands ~7 points below, which this
+    // bound still catches.
+    assert!((a - b).abs() <= 3.0, "uncompressed {a}%, top-k {b}%");
     assert!(ratio > 40.0, "{ratio}");
 }
 

@@ -8,8 +8,9 @@
 //! instructions rounds differently. So the pins are kept per CPU model ([`PINS`]): the first set
 //! was recorded on the CPU of the machine issue 17 was done on, the second on an
 //! "Intel(R) Xeon(R) Processor" (AVX-512) with the code of commit e9d1587, before issue 11
-//! touched the trainer. A CPU without pins of its own is held to the first set. Rerun the runs
-//! on the old code before adding or blessing a set.
+//! touched the trainer, the third on an "AMD EPYC" with the code of commit 075cc30, before
+//! issue 26 touched the trainer. A CPU without pins of its own is held to the first set. Rerun
+//! the runs on the old code before adding or blessing a set.
 
 use crate::common::*;
 
@@ -76,6 +77,15 @@ const PINS: &[(Option<&str>, [&str; 4])] = &[
             "1ba5d3ee06f4aead59da1510ce8a9ccae85bd24b04a8dbff68508aa0ba1268f2",
             "070559cb37081d643d1f80f34db68c4db8051ff20850dfc1bf797914742d0d20",
             "59f011e55b32fafc3669273e6362db2fc08565639a55b0f508e97b936debc158",
+        ],
+    ),
+    (
+        Some("AMD EPYC"),
+        [
+            "92f39acc24771e2b1b021c0303a1b7430ed4e4fe519af1d7e8518d539b9e5f58",
+            "bff46aeee98ddc7dbc876ec7ef61f3a76c9a504724782c3972b60205fcef28f1",
+            "44ee608bbe55b1bfb4169805d0daa909c6b7326342b6fb5404d7aa016f6d5bb9",
+            "454c53666cace1829bc604894cd6146746b4ec4b73a19dc127988ab0c4c72464",
         ],
     ),
 ];
