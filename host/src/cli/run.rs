@@ -148,8 +148,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "CKPT")]
     resume: Option<PathBuf>,
     /// Start a new run in an --out that holds another run's checkpoints or metrics, removing
-    /// them first (without it such an --out is refused).
-    #[arg(long, conflicts_with = "resume")]
+    /// them first (without it such an --out is refused); nothing is removed when --resume
+    /// continues the run in --out itself (as `launch` does on a restart).
+    #[arg(long)]
     overwrite: bool,
     /// Write a checkpoint every N steps (0: only at the end and on a plugin fault).
     #[arg(long, default_value_t = 0, value_name = "N")]
