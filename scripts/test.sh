@@ -35,9 +35,10 @@ forbidden lsgd-runtime 'tch|torch-sys|mpi|mpi-sys'
 forbidden lsgd-collective 'tch|torch-sys|wasmtime'
 
 step "examples"
-# The dev build shares its dependencies with `cargo test`; a release build would compile
-# wasmtime a second time.
-cargo build --locked -p lsgd-host
+# The examples run the binary that the tests' build makes: a plain `cargo build` resolves the
+# dependencies' features without the dev-dependencies, so it would compile ~100 crates
+# (cranelift, wasmtime-environ, wit-component …) a second time on a cold machine.
+cargo test --locked --no-run "${crates[@]}" --lib --bins --tests
 for ex in examples/*.sh; do
   echo "-- $ex" >&2
   LSGD_BIN="$CARGO_TARGET_DIR/debug/lsgd-host" bash "$ex" >/dev/null
