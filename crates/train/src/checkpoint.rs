@@ -186,7 +186,7 @@ fn tensors_name(step: u64) -> String {
 }
 
 /// The step of a generation JSON's file name (`checkpoint-<step:08>.json`).
-fn generation_step(name: &str) -> Option<u64> {
+pub(crate) fn generation_step(name: &str) -> Option<u64> {
     let digits = name.strip_prefix("checkpoint-")?.strip_suffix(".json")?;
     (digits.len() >= 8 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())

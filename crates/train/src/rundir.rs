@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::JSON_NAME;
+use crate::checkpoint::{JSON_NAME, generation_step};
 use crate::metrics::{Record, read};
 use crate::{Error, Result};
 
@@ -68,11 +68,7 @@ pub fn held(dir: &Path) -> Held {
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
         if name == JSON_NAME || name.starts_with("checkpoint-") {
-            if let Some(step) = name
-                .strip_prefix("checkpoint-")
-                .and_then(|r| r.strip_suffix(".json"))
-                .and_then(|s| s.parse::<u64>().ok())
-            {
+            if let Some(step) = generation_step(&name) {
                 held.checkpoint_steps.push(step);
             }
             held.checkpoints.push(path);
@@ -92,10 +88,7 @@ pub fn held(dir: &Path) -> Held {
     held.checkpoints.sort();
     held.metrics.sort();
     held.steps_recorded = read(&dir.join("metrics.jsonl")).map_or(0, |records| {
-        records
-            .iter()
-            .filter(|r| matches!(r, Record::Step(_)))
-            .count()
+        records.iter().filter_map(Record::as_step).count()
     });
     held
 }

@@ -68,22 +68,24 @@ pub fn run(args: InspectArgs) -> Result<()> {
     let bytes = std::fs::read(&path)?;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let (compile_ms, compiled_now, cached_load_ms) = match plugin.facts().origin {
-        _ if args.recompile => {
-            let start = Instant::now();
-            Component::new(engine, &bytes).map_err(lsgd_runtime::Error::from)?;
-            let again = runtime.load(&path, None)?.facts().origin;
-            (Some(ms(start.elapsed())), true, cached_ms(again))
-        }
-        // Compiled now: load it once more to time the cache.
-        Origin::Compiled(took) => {
-            let again = runtime.load(&path, None)?.facts().origin;
-            (Some(ms(took)), true, cached_ms(again))
-        }
-        Origin::Cached(load) => (
+        Origin::Cached(load) if !args.recompile => (
             runtime.cache().compile_time(engine, &bytes).map(ms),
             false,
             Some(ms(load)),
         ),
+        origin => {
+            let took = match origin {
+                Origin::Compiled(took) if !args.recompile => took,
+                _ => {
+                    let start = Instant::now();
+                    Component::new(engine, &bytes).map_err(lsgd_runtime::Error::from)?;
+                    start.elapsed()
+                }
+            };
+            // Compiled now: loaded once more to time the cache.
+            let again = runtime.load(&path, None)?.facts().origin;
+            (Some(ms(took)), true, cached_ms(again))
+        }
     };
     let info = plugin.info();
     let report = Report {
