@@ -3,7 +3,7 @@
 //! `compare` and `bench codecs` feed both.
 
 use lsgd_codec::rng::{Rng, mix};
-use lsgd_codec::{DynCodec, Meta, TensorSlice};
+use lsgd_codec::{Combine, DynCodec, Meta, Properties, TensorSlice};
 
 use crate::plugin::{Plugin, PluginError};
 use crate::{Error, Result};
@@ -32,6 +32,49 @@ pub fn native_round_trip(codec: &dyn DynCodec, meta: &Meta, data: &[f32]) -> Res
         name: codec.info().name,
         message,
     })
+}
+
+/// The metadata of bucket `bucket` (of `len` floats, holding `tensors`) at `step` on `rank`, as
+/// every exchange builds it: the shared seed differs per run (`seed`), step and bucket, and the
+/// rank seed also per rank. The trainer and the PyTorch comm hook (`lsgd-torch`) both call this,
+/// so a codec sees the same seeds in either.
+pub fn bucket_meta(
+    seed: u64,
+    step: u64,
+    bucket: u32,
+    rank: usize,
+    len: u32,
+    tensors: Vec<TensorSlice>,
+) -> Meta {
+    let shared = mix(mix(mix(seed) ^ step) ^ u64::from(bucket));
+    Meta {
+        bucket,
+        step,
+        round: 0,
+        len,
+        tensors,
+        shared_seed: shared,
+        rank_seed: mix(shared ^ mix(rank as u64 + 1)),
+    }
+}
+
+/// Refuses properties no exchange can follow: no round at all, or several rounds of a gathered
+/// codec (a gathered payload has no combined form to feed the next round). The message names
+/// the codec `label`.
+pub fn check_properties(label: &str, properties: Properties) -> Result<(), String> {
+    if properties.rounds == 0 {
+        return Err(format!(
+            "codec {label}: properties declare 0 rounds; a codec runs at least one"
+        ));
+    }
+    if properties.rounds > 1 && properties.combine == Combine::Gather {
+        return Err(format!(
+            "codec {label}: declares {} rounds with `gather`; only summable codecs can run \
+             several rounds (a gathered payload has no combined form)",
+            properties.rounds
+        ));
+    }
+    Ok(())
 }
 
 /// A bucket like a layer's gradient: a `rows`×`cols` weight and a `cols` bias, normally

@@ -68,6 +68,16 @@ pub struct Facts {
     pub metering: Metering,
 }
 
+/// How a plugin is identified when a resume compares plugins: `schedule warmup (blake3
+/// 1a2b3c4d5e6f…, params [("warmup_epochs", "5")])`. The host's checkpoints and `lsgd-torch`'s
+/// `state_dict`s refuse a mismatch with these lines, so both say it in the same words.
+pub fn identity(kind: &str, name: &str, blake3: &str, params: &[(String, String)]) -> String {
+    format!(
+        "{kind} {name} (blake3 {}…, params {params:?})",
+        &blake3[..12.min(blake3.len())]
+    )
+}
+
 /// A loaded, sandboxed policy plugin.
 pub struct Plugin {
     label: String,
@@ -210,6 +220,24 @@ impl Plugin {
     /// The slow-call warnings printed so far (at most one per call name), oldest first.
     pub fn slow_warnings(&self) -> impl Iterator<Item = &str> {
         self.warnings.iter().map(|(_, w)| w.as_str())
+    }
+
+    /// The parameter values in force, rendered as text (as checkpoints record them).
+    pub fn rendered_params(&self) -> Vec<(String, String)> {
+        self.params()
+            .iter()
+            .map(|(k, v)| (k.clone(), params::render(v)))
+            .collect()
+    }
+
+    /// Its [`identity`] line.
+    pub fn identity(&self) -> String {
+        identity(
+            &self.kind().to_string(),
+            &self.info.name,
+            &self.facts.blake3,
+            &self.rendered_params(),
+        )
     }
 
     /// The parameter values in force (defaults until [`Plugin::configure`] is called; empty

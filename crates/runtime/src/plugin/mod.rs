@@ -41,7 +41,7 @@ pub use cache::{Cache, Origin};
 pub use contract::{Contract, PolicyKind, Version};
 pub use error::{Fault, PluginError};
 pub use guest::GuestReport;
-pub use instance::Plugin;
+pub use instance::{Plugin, identity};
 pub use runtime::{EngineOptions, Runtime};
 pub use sandbox::Limits;
 pub use types::Output;

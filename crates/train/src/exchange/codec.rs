@@ -17,10 +17,10 @@
 //! Before each collective the ranks agree on every payload's length (and on any fault), so a
 //! codec that misbehaves on one rank stops all ranks with an error instead of a hang.
 
-use lsgd_codec::rng::mix;
 use lsgd_codec::wire::{f32s_from_le, put_f32s};
 use lsgd_codec::{Combine, Meta, Properties};
 use lsgd_collective::{Agreement, Algorithm, World};
+use lsgd_runtime::codec::{bucket_meta, check_properties};
 use lsgd_runtime::plugin::{Plugin, PluginError};
 use tch::{Kind, Tensor};
 
@@ -93,18 +93,7 @@ impl Compressor {
     ) -> Result<Self> {
         let properties = codec.properties()?;
         let label = codec.label().to_string();
-        if properties.rounds == 0 {
-            return Err(Error::Config(format!(
-                "codec {label}: properties declare 0 rounds; a codec runs at least one"
-            )));
-        }
-        if properties.rounds > 1 && properties.combine == Combine::Gather {
-            return Err(Error::Config(format!(
-                "codec {label}: declares {} rounds with `gather`; only summable codecs can run \
-                 several rounds (a gathered payload has no combined form)",
-                properties.rounds
-            )));
-        }
+        check_properties(&label, properties).map_err(Error::Config)?;
         let lens: Vec<usize> = buckets.iter().map(|b| b.len).collect();
         Ok(Compressor {
             properties,
@@ -122,16 +111,14 @@ impl Compressor {
     /// The bucket's metadata at `step`: seeds differ per run, step and bucket, and the rank
     /// seed also per rank.
     fn meta(&self, bucket: &Bucket, b: usize, step: u64, rank: usize) -> Meta {
-        let shared = mix(mix(mix(self.seed) ^ step) ^ b as u64);
-        Meta {
-            bucket: b as u32,
+        bucket_meta(
+            self.seed,
             step,
-            round: 0,
-            len: bucket.len as u32,
-            tensors: bucket.slices.clone(),
-            shared_seed: shared,
-            rank_seed: mix(shared ^ mix(rank as u64 + 1)),
-        }
+            b as u32,
+            rank,
+            bucket.len as u32,
+            bucket.slices.clone(),
+        )
     }
 
     /// Replaces the gradients of `weights` by the sum over ranks of what the codec makes of

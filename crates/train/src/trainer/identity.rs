@@ -3,7 +3,7 @@
 //! with the same parameters.
 
 use lsgd_collective::World;
-use lsgd_runtime::plugin::{Plugin, PolicyKind};
+use lsgd_runtime::plugin::{self, Plugin, PolicyKind};
 use lsgd_runtime::policy::PolicySet;
 
 use crate::checkpoint::PluginRecord;
@@ -13,15 +13,7 @@ use crate::{Error, Result, parallel};
 pub(super) fn identity(plugins: &[PluginRecord]) -> Vec<String> {
     plugins
         .iter()
-        .map(|p| {
-            format!(
-                "{} {} (blake3 {}…, params {:?})",
-                p.kind,
-                p.name,
-                &p.blake3[..12.min(p.blake3.len())],
-                p.params
-            )
-        })
+        .map(|p| plugin::identity(&p.kind, &p.name, &p.blake3, &p.params))
         .collect()
 }
 
@@ -36,11 +28,7 @@ pub(super) fn plugin_records(policies: &PolicySet) -> Vec<PluginRecord> {
             blake3: p.facts().blake3.clone(),
             name: p.info().name.clone(),
             version: p.info().version.clone(),
-            params: p
-                .params()
-                .iter()
-                .map(|(k, v)| (k.clone(), lsgd_runtime::plugin::params::render(v)))
-                .collect(),
+            params: p.rendered_params(),
         })
         .collect()
 }
