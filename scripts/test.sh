@@ -18,7 +18,7 @@ bash scripts/build-guests.sh  # C, Python, JavaScript, Go plugins (toolchains, c
 
 step "clippy: host (native) and guests (wasm32-wasip2)"
 crates=(-p lsgd-host -p lsgd-runtime -p lsgd-collective -p lsgd-train -p lsgd-policy -p lsgd-codec)
-cargo clippy --locked "${crates[@]}" --all-targets -- -D warnings
+cargo clippy --locked "${crates[@]}" -p lsgd-torch --all-targets -- -D warnings
 mapfile -t guests < <(bash scripts/build-plugins.sh --list)
 cargo clippy --locked --profile plugin --target wasm32-wasip2 "${guests[@]/#/-p=}" -- -D warnings
 
@@ -52,5 +52,18 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --locked --no-fail-fast "${crates[@]}" --lib --bins --tests 2>&1 | tee "$log" || status=$?
-awk -v status="$status" '/^test result:/ { p += $4; f += $6 }
-  END { printf "\ntests: %d passed, %d failed\n", p, f; exit (p == 0 || f > 0 || status != 0) }' "$log"
+
+step "lsgd-torch: build the Python package, install it into the venv, run its pytest suite"
+# Its tests compare against the binary and plugins built above, and torch as the oracle.
+pylog="$(mktemp)"
+trap 'rm -f "$log" "$pylog"' EXIT
+pystatus=0
+LSGD_BIN="$CARGO_TARGET_DIR/debug/lsgd-host" bash scripts/python-package.sh --test -p no:cacheprovider \
+  2>&1 | tee "$pylog" || pystatus=$?
+# pytest's closing line: "N passed, M failed, … in Ts"; every cargo binary's "test result:" line.
+awk -v status="$status" -v pystatus="$pystatus" '
+  /^test result:/ { p += $4; f += $6 }
+  /^(=+ )?[0-9]+ (passed|failed).* in [0-9.]+s/ {
+    for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^(failed|errors?)/) f += $i } }
+  END { printf "\ntests: %d passed, %d failed\n", p, f
+        exit (p == 0 || f > 0 || status != 0 || pystatus != 0) }' "$log" "$pylog"

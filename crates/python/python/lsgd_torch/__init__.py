@@ -1,0 +1,45 @@
+"""lsgd-torch: lsgd-host's sandboxed WebAssembly training policies inside PyTorch.
+
+One ``.wasm`` drives both ``lsgd-host run`` and a PyTorch script, and ``lsgd-host trace`` /
+``compare`` remain the proof that they agree: the clock, the train-state, parameter checks,
+the sandbox's limits and the codecs' seeds are lsgd-host's own runtime (``lsgd_torch._native``).
+
+- ``WasmLR``: a schedule plugin as an ``LRScheduler``;
+- ``WasmLabelSmoothing``, ``WasmBatchSize``: the step's ε and global batch;
+- ``WasmLayerRate``: LARS/LAMB-style per-tensor rates around an SGD or AdamW;
+- ``CodecState``, ``codec_hook``: a codec plugin as a DDP comm hook, with error feedback;
+- ``check_ranks``: every rank runs the same plugins at the same step and state;
+- ``PluginFault``: a plugin's fault (trap, fuel, deadline, invalid output), never a crash.
+"""
+
+from ._native import CONTRACTS, blake3_hex, sample_bucket
+from .errors import PluginFault
+from .policies import WasmBatchSize, WasmLabelSmoothing
+from .ranks import RanksDiffer, check_ranks
+from .scheduler import WasmLR
+
+__all__ = [
+    "CONTRACTS",
+    "PluginFault",
+    "RanksDiffer",
+    "WasmBatchSize",
+    "WasmLR",
+    "WasmLabelSmoothing",
+    "blake3_hex",
+    "check_ranks",
+    "sample_bucket",
+]
+
+# The comm hook and the layer-rate optimizer are modules of their own.
+try:
+    from .comm import CodecState, codec_hook  # noqa: F401
+
+    __all__ += ["CodecState", "codec_hook"]
+except ImportError:
+    pass
+try:
+    from .layer_rate import WasmLayerRate  # noqa: F401
+
+    __all__ += ["WasmLayerRate"]
+except ImportError:
+    pass

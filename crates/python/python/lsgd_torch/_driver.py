@@ -1,0 +1,152 @@
+"""A policy plugin and its clock, driven one training step at a time: what ``WasmLR``,
+``WasmLabelSmoothing`` and ``WasmBatchSize`` share. The clock, the train-state, the output
+checks and the snapshots are the runtime's (``_native.Policy``); this class only keeps each
+step's value, the feedback not yet handed over, and a state that ``torch.save`` can hold."""
+
+import time
+
+from . import _native
+from ._plugins import register, settings
+
+#: The wording of the host's resume check (``cannot resume from …``), for a state_dict.
+MISMATCH = (
+    "cannot resume from {what}: it belongs to a different run:\n"
+    "  policy plugins: checkpoint has [{then}], this run has [{now}]"
+)
+
+
+def _number(x, what):
+    """A float from a Python number or a one-element tensor (``loss.item()`` spared)."""
+    if x is None:
+        return None
+    if hasattr(x, "item"):
+        x = x.item()
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a number or a one-element tensor, not {type(x).__name__}")
+
+
+class Driver:
+    """One plugin of one kind, its clock at the step about to be taken, and that step's value."""
+
+    def __init__(self, plugin, kind, params, *, steps_per_epoch, epochs, global_batch,
+                 world_size, reference_batch, base_lr, limits):
+        for name, v in [("steps_per_epoch", steps_per_epoch), ("epochs", epochs),
+                        ("global_batch", global_batch)]:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        unknown = set(limits) - {"fuel", "deadline_ms", "memory_mb", "max_batch"}
+        if unknown:
+            raise TypeError(f"unknown keyword arguments: {', '.join(sorted(unknown))}")
+        self.global_batch = global_batch
+        self.policy = _native.Policy(
+            str(plugin), kind, settings(params),
+            epochs=epochs, samples_per_epoch=steps_per_epoch * global_batch,
+            global_batch=global_batch, world_size=world_size, base_lr=float(base_lr),
+            reference_batch=reference_batch, **limits,
+        )
+        # (step, value) of the last call: a stateful plugin is called once per step, as in
+        # the host, however often PyTorch asks for the step's value.
+        self._value = None
+        # The batch each step consumed is the one in force when it was decided.
+        self._batch = None
+        self._loss = None
+        self._created = time.monotonic_ns()
+        register(self)
+
+    def value(self, batch=None):
+        """This step's output, asked of the plugin once per step."""
+        step = self.policy.step
+        if self._value is None or self._value[0] != step:
+            self._value = (step, self.policy.value(batch))
+            self._batch = batch
+        return self._value[1]
+
+    def observe(self, loss=None, metric=None):
+        """Feedback: ``loss`` becomes ``last-loss`` once this step ends, ``metric``
+        ``last-metric`` from the next call on (as the host's evaluation after an epoch)."""
+        if loss is not None:
+            self._loss = _number(loss, "loss")
+        if metric is not None:
+            self.policy.set_metric(_number(metric, "metric"))
+
+    def advance(self, batch=None):
+        """Ends this step, which consumed ``batch`` samples (default: the global batch)."""
+        batch = batch or self._batch or self.global_batch
+        self.policy.advance(int(batch), self._loss)
+        self._loss = None
+
+    def goto(self, step):
+        """Puts the clock at ``step``: one step on ends the current step as training does; any
+        other move (PyTorch's deprecated ``step(epoch)``, ``SequentialLR``'s restart at 0)
+        reseats the clock at ``step`` global batches, keeping the feedback."""
+        now = self.policy.step
+        if step == now + 1:
+            self.advance()
+        elif step != now and step >= 0:
+            self.policy.seek(step, step * self.global_batch, self.policy.last_loss,
+                             self.policy.last_metric)
+            self._value = None
+
+    def identity(self):
+        """The plugin's identity line (the host's resume check prints these)."""
+        return self.policy.identity
+
+    def state(self):
+        """What a state_dict keeps: identity, clock, pending feedback and, for a stateful
+        plugin, its snapshot as of the current step."""
+        p = self.policy
+        return {
+            "identity": p.identity,
+            "blake3": p.blake3,
+            "params": p.params,
+            "step": p.step,
+            "samples_seen": p.samples_seen,
+            "last_loss": p.last_loss,
+            "last_metric": p.last_metric,
+            "pending_loss": self._loss,
+            "value": self._value,
+            "batch": self._batch,
+            "snapshot": p.snapshot(),
+        }
+
+    def load(self, state, what):
+        """Continues from ``state`` (from ``state``), refusing another plugin or parameters
+        with the host's wording."""
+        if state.get("identity") != self.policy.identity:
+            raise ValueError(MISMATCH.format(what=what, then=state.get("identity"),
+                                             now=self.policy.identity))
+        p = self.policy
+        p.seek(state["step"], state["samples_seen"], state["last_loss"], state["last_metric"])
+        if state["snapshot"] is not None:
+            p.restore(state["step"], bytes(state["snapshot"]))
+        self._loss = state["pending_loss"]
+        self._value = None
+        self._batch = state["batch"]
+        saved = state["value"]
+        if saved is not None and saved[0] == state["step"]:
+            # The interrupted run had already asked for this step: ask again, so that a
+            # stateful plugin's state moves on exactly as it did there.
+            v = self.value(self._batch)
+            if v != saved[1]:
+                raise ValueError(
+                    f"{what}: plugin {p.label} answers {v!r} at step {saved[0]} after the "
+                    f"resume, the saved run had {saved[1]!r}"
+                )
+
+    def rank_record(self):
+        """What ``check_ranks`` compares across ranks."""
+        snap = self.policy.snapshot()
+        return {
+            "kind": self.policy.kind,
+            "label": self.policy.label,
+            "identity": self.policy.identity,
+            "blake3": self.policy.blake3,
+            "params": self.policy.params,
+            "step": self.policy.step,
+            "state": None if snap is None else _native.blake3_hex(snap),
+        }
+
+    # check_ranks looks for this name on every registered holder.
+    _rank_record = rank_record
