@@ -170,6 +170,9 @@ pub struct CodecSide {
     pub max_abs_error: f64,
     /// ‖decode(encode(x)) − x‖₂ / ‖x‖₂ over all buckets.
     pub rel_l2_error: f64,
+    /// Per bucket, blake3 (hex) of its payloads (every round, in order) concatenated: what
+    /// another implementation of the same exchange (lsgd-torch's comm hook) must reproduce.
+    pub payload_blake3: Vec<String>,
 }
 
 /// The outcome of comparing two codecs.
@@ -216,6 +219,15 @@ pub struct CodecInputs {
     pub seed: u64,
 }
 
+/// blake3 (hex) of one bucket's payloads, every round in order, concatenated.
+pub fn payload_digest(payloads: &[Vec<u8>]) -> String {
+    let mut h = blake3::Hasher::new();
+    for p in payloads {
+        h.update(p);
+    }
+    h.finalize().to_hex().to_string()
+}
+
 /// Compares decode(encode(x)) of two codec plugins on the same buckets, element by element.
 pub fn compare_codecs(
     a: &mut Plugin,
@@ -230,6 +242,7 @@ pub fn compare_codecs(
         compression_ratio: 0.0,
         max_abs_error: 0.0,
         rel_l2_error: 0.0,
+        payload_blake3: Vec::with_capacity(inputs.buckets as usize),
     };
     let mut report = CodecReport {
         buckets: inputs.buckets,
@@ -250,6 +263,8 @@ pub fn compare_codecs(
         report.payloads_identical &= pa == pb;
         report.a.payload_bytes += pa.iter().map(|p| p.len() as u64).sum::<u64>();
         report.b.payload_bytes += pb.iter().map(|p| p.len() as u64).sum::<u64>();
+        report.a.payload_blake3.push(payload_digest(&pa));
+        report.b.payload_blake3.push(payload_digest(&pb));
         for (i, ((&x, &va), &vb)) in data.iter().zip(&ra).zip(&rb).enumerate() {
             norm2 += f64::from(x) * f64::from(x);
             for (k, (v, side)) in [(va, &mut report.a), (vb, &mut report.b)]
@@ -288,4 +303,19 @@ pub fn compare_codecs(
         };
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_payload_digest_is_the_hash_of_the_concatenated_rounds() {
+        let rounds = vec![b"ab".to_vec(), Vec::new(), b"cde".to_vec()];
+        let whole = blake3::hash(b"abcde").to_hex().to_string();
+        assert_eq!(payload_digest(&rounds), whole);
+        // Where one round ends is not part of the digest, but the order of the rounds is.
+        assert_eq!(payload_digest(&[b"abcde".to_vec()]), whole);
+        assert_ne!(payload_digest(&[b"cde".to_vec(), b"ab".to_vec()]), whole);
+    }
 }

@@ -46,7 +46,8 @@ pub struct CompareArgs {
     /// Absolute tolerance.
     #[arg(long, default_value_t = 0.0)]
     atol: f64,
-    /// `json` prints the report as JSON.
+    /// `json` prints the report as JSON (for codecs with each side's per-bucket
+    /// `payload_blake3`, the digests another implementation's payloads must match).
     #[arg(long, value_enum)]
     format: Option<Format>,
 }

@@ -13,33 +13,24 @@ the sandbox's limits and the codecs' seeds are lsgd-host's own runtime (``lsgd_t
 """
 
 from ._native import CONTRACTS, blake3_hex, sample_bucket
+from .comm import CodecState, codec_hook
 from .errors import PluginFault
+from .layer_rate import WasmLayerRate
 from .policies import WasmBatchSize, WasmLabelSmoothing
 from .ranks import RanksDiffer, check_ranks
 from .scheduler import WasmLR
 
 __all__ = [
     "CONTRACTS",
+    "CodecState",
     "PluginFault",
     "RanksDiffer",
     "WasmBatchSize",
     "WasmLR",
     "WasmLabelSmoothing",
+    "WasmLayerRate",
     "blake3_hex",
     "check_ranks",
+    "codec_hook",
     "sample_bucket",
 ]
-
-# The comm hook and the layer-rate optimizer are modules of their own.
-try:
-    from .comm import CodecState, codec_hook  # noqa: F401
-
-    __all__ += ["CodecState", "codec_hook"]
-except ImportError:
-    pass
-try:
-    from .layer_rate import WasmLayerRate  # noqa: F401
-
-    __all__ += ["WasmLayerRate"]
-except ImportError:
-    pass

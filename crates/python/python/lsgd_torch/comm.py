@@ -1,0 +1,419 @@
+"""Gradient compression for ``DistributedDataParallel`` through lsgd-host's codec plugins.
+
+``model.register_comm_hook(CodecState(None, "codec-top-k"), codec_hook)`` moves each DDP bucket
+as ``lsgd-host run --codec`` moves its buckets (``crates/train/src/exchange/codec.rs``): the same
+plugin, the same bucket metadata and seeds (``Codec.meta``), the same rounds, the same sum or
+gather, the same error feedback (GRACE's residual: p = g + e; e <- p - decode(own payload)).
+:func:`encode_bucket` and :func:`decode_bucket` are that exchange without the collectives, so
+that a test can hold its payloads against ``lsgd-host compare``'s ``payload_blake3``.
+"""
+
+import logging
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import _plugins
+from ._native import Codec, blake3_hex
+from .errors import PluginFault
+
+__all__ = ["CodecState", "codec_hook", "decode_bucket", "encode_bucket"]
+
+logger = logging.getLogger(__name__)
+
+#: The lengths a rank sends in an agreement when its codec faulted in encode or in decode.
+_ENCODE, _DECODE = -1, -2
+
+#: A summable codec's element type (``Codec.element``) as the dtype its payloads are summed in.
+_ELEMENTS = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def encode_bucket(codec, meta, data, move):
+    """Runs every round of ``codec`` over one bucket; returns (this rank's payload per round,
+    what ``move`` returned per round).
+
+    ``data`` is the bucket's float32 buffer (a contiguous CPU float32 tensor's ``.numpy()``).
+    ``move(round, payload)`` does the round's collective and returns, for a summable codec, the
+    sum over ranks of the payloads (bytes: round r+1 encodes with the sums of rounds <= r), for a
+    gathered codec every rank's payload in rank order. On a single rank, ``lambda r, p: p``
+    (summable) or ``lambda r, p: [p]`` (gathered) is ``lsgd-host compare``'s round trip.
+    ``move`` is also called with ``None`` when this rank's encode faulted, so that it can tell
+    the other ranks before the fault is raised here (they would otherwise wait in a collective).
+    """
+    payloads, moved = [], []
+    agreed = []
+    for r in range(codec.rounds):
+        try:
+            payload = codec.encode(meta, data, agreed, round=r)
+        except PluginFault:
+            move(r, None)
+            raise
+        got = move(r, payload)
+        payloads.append(payload)
+        moved.append(got)
+        if codec.combine == "sum":
+            agreed.append(got)
+    return payloads, moved
+
+
+def decode_bucket(codec, meta, data, payloads, moved, out, *, rank=0, residual=None):
+    """Writes into ``out`` (a float32 tensor of the bucket's length) the sum over ranks that
+    :func:`encode_bucket` moved; with ``residual``, also writes into it ``data - own``, where
+    ``own`` decodes this rank's payloads alone (error feedback). ``data`` (the float32 tensor
+    that was encoded) may be ``out`` itself: it is read before ``out`` is written.
+
+    A gathered codec's payloads are decoded one by one and added in rank order, so every rank
+    adds the same floats in the same order and ends with the same bits, as the host does.
+    """
+    if codec.combine == "sum":
+        if residual is not None:
+            # The combined earlier rounds and this rank's own last one: what the others would
+            # reconstruct of this rank's contribution.
+            codec.decode(meta, moved[:-1] + [payloads[-1]], residual.numpy())
+            torch.sub(data, residual, out=residual)
+        codec.decode(meta, moved, out.numpy())
+        return
+    total = torch.zeros_like(out)
+    scratch = torch.empty_like(out)
+    for r, payload in enumerate(moved[-1]):
+        target = residual if (r == rank and residual is not None) else scratch
+        codec.decode(meta, [payload], target.numpy())
+        total.add_(target)
+        if target is residual:
+            torch.sub(data, residual, out=residual)
+    out.copy_(total)
+
+
+def _param_names(names):
+    """``{id(parameter): name}`` from a module, a ``{name: parameter}`` dict or (name, parameter)
+    pairs."""
+    if names is None:
+        return {}
+    if isinstance(names, torch.nn.Module):
+        names = names.named_parameters()
+    elif isinstance(names, dict):
+        names = names.items()
+    out = {}
+    for name, p in names:
+        # DDP's own parameter names carry its wrapper's prefix; the codec sees the model's.
+        out[id(p)] = name.removeprefix("module.")
+    return out
+
+
+class CodecState:
+    """What :func:`codec_hook` keeps between calls: the codec plugin, the step counter, the
+    error-feedback residual of every bucket, and the bytes sent.
+
+    ``plugin`` is a codec plugin's path or name (``codec-top-k`` is found through
+    ``LSGD_PLUGIN_PATH``), ``params`` its parameters as a dict (``{"density": 0.01}``), ``seed``
+    the run's seed, from which the buckets' seeds derive as in ``lsgd-host run --seed``.
+    ``limits`` are the sandbox's (``fuel_per_float``, ``deadline_ms``, ``memory_mb``,
+    ``canonical_nans``). Error feedback starts at iteration ``start_iter`` (1: after the bucket
+    rebuild DDP does after its first iteration; a residual kept before it would belong to
+    another layout). ``names`` (the model, a ``{name: parameter}`` dict or pairs) gives the
+    codec the parameters' names; without it they are ``param0``, ``param1``, ... per bucket.
+
+    It pickles like PyTorch's ``PowerSGDState``: without the process group (``None`` after
+    loading: the default group), with the residuals, and reloads the plugin, refusing one whose
+    blake3 or parameters differ from the saved ones. ``names`` is not kept (parameters are
+    identified by object); pass it again with :meth:`set_names`.
+    """
+
+    _PICKLED = (
+        "plugin",
+        "settings",
+        "limits",
+        "error_feedback",
+        "seed",
+        "start_iter",
+        "iter",
+        "residuals",
+        "layouts",
+        "bytes_sent",
+        "total_bytes_sent",
+    )
+
+    def __init__(
+        self,
+        process_group,
+        plugin,
+        *,
+        error_feedback=True,
+        params=None,
+        seed=0,
+        start_iter=1,
+        names=None,
+        **limits,
+    ):
+        if start_iter < 0:
+            raise ValueError(f"start_iter must be >= 0, not {start_iter}")
+        self.process_group = process_group
+        #: The plugin as given (a path or a name).
+        self.plugin = str(plugin)
+        #: Its parameters as the host's ``--set`` text.
+        self.settings = _plugins.settings(params)
+        self.limits = dict(limits)
+        self.error_feedback = bool(error_feedback)
+        self.seed = int(seed)
+        self.start_iter = int(start_iter)
+        #: Completed steps (calls of the last bucket): the step the codec sees.
+        self.iter = 0
+        #: Each bucket index's residual e, float32, once error feedback has started.
+        self.residuals = {}
+        #: Each residual's bucket layout ((shape, offset) per tensor), to tell a rebuilt bucket.
+        self.layouts = {}
+        #: Payload bytes this rank sent in the last step (every bucket and round).
+        self.bytes_sent = 0
+        #: The same over every step.
+        self.total_bytes_sent = 0
+        self._load()
+        self.set_names(names)
+
+    def _load(self):
+        self.codec = Codec(self.plugin, self.settings, **self.limits)
+        self._reset_step()
+        self._created = time.monotonic_ns()
+        _plugins.register(self)
+
+    def _reset_step(self):
+        # A step's new residuals become the state only once its last bucket is through, so a
+        # fault mid-step leaves the state (and a checkpoint of it) as before the step.
+        self._staged = {}
+        self._step_bytes = 0
+        # A decode fault of this rank, told to the others at the next agreement.
+        self._fault = None
+
+    def set_names(self, names):
+        """Names the parameters for the codec: the model, a ``{name: parameter}`` dict, or
+        (name, parameter) pairs; ``None`` forgets them."""
+        self._names = _param_names(names)
+
+    def _rank_record(self):
+        # check_ranks requires "state" to be equal on every rank. The residuals are not: each
+        # rank keeps what its own codec dropped of its own gradients (the host keeps them "per
+        # bucket and per rank" too). What every rank must share is the bucket layout the
+        # residuals belong to (DDP syncs its rebuilt buckets from rank 0); the residuals' own
+        # digest is reported beside it, for a look, not for comparison.
+        layouts = repr(sorted(self.layouts.items())).encode() if self.layouts else None
+        residuals = None
+        if self.residuals:
+            residuals = blake3_hex(
+                b"".join(self.residuals[b].numpy().tobytes() for b in sorted(self.residuals))
+            )
+        return {
+            "kind": "codec",
+            "label": self.codec.label,
+            "identity": self.codec.identity,
+            "blake3": self.codec.blake3,
+            "params": self.codec.params,
+            "step": self.iter,
+            "state": None if layouts is None else blake3_hex(layouts),
+            "residuals": residuals,
+        }
+
+    def __getstate__(self):
+        """Everything but the process group and the loaded plugin (reloaded when unpickled)."""
+        logger.warning("NOTE: Process group is not serializable and excluded from a saved state.")
+        state = {k: getattr(self, k) for k in self._PICKLED}
+        state["codec_blake3"] = self.codec.blake3
+        state["codec_params"] = self.codec.params
+        return state
+
+    def __setstate__(self, state):
+        """Restores a pickled state: reloads the plugin, checks that it is the one saved, and
+        leaves ``process_group`` None (the default group)."""
+        logger.warning(
+            "NOTE: Process group will be set to the default group. If a different group is "
+            "desired, set `process_group` after the state is loaded."
+        )
+        saved = (state.pop("codec_blake3"), [tuple(p) for p in state.pop("codec_params")])
+        for k, v in state.items():
+            setattr(self, k, v)
+        self.process_group = None
+        self._load()
+        self._names = {}
+        loaded = (self.codec.blake3, [tuple(p) for p in self.codec.params])
+        if loaded != saved:
+            raise ValueError(
+                f"codec {self.codec.label}: the state was saved with blake3 {saved[0]} and "
+                f"params {saved[1]}, but the plugin loaded now has blake3 {loaded[0]} and "
+                f"params {loaded[1]}; its residuals belong to the other one"
+            )
+
+    def _commit(self):
+        for b, (new, layout) in self._staged.items():
+            self.residuals[b] = new
+            self.layouts[b] = layout
+        self.bytes_sent = self._step_bytes
+        self.total_bytes_sent += self._step_bytes
+        self.iter += 1
+        self._reset_step()
+
+    def _residual(self, b, layout):
+        """Bucket ``b``'s residual, or None where there is none for this layout."""
+        e = self.residuals.get(b)
+        if e is not None and self.layouts.get(b) != layout:
+            logger.warning(
+                "codec hook: bucket %s changed layout (a DDP bucket rebuild after the residual "
+                "was kept); its residual is dropped",
+                b,
+            )
+            del self.residuals[b], self.layouts[b]
+            return None
+        return e
+
+
+class _Mover:
+    """The collectives of one bucket on the state's group, as ``encode_bucket``'s ``move``."""
+
+    def __init__(self, state, group, meta_text):
+        self.state = state
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.where = meta_text
+        self.codec = state.codec
+        # Collectives run where the backend wants their tensors (NCCL: the current GPU).
+        self.device = torch.device("cpu")
+        if dist.get_backend(group) == "nccl":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+
+    def agree(self, length):
+        """Every rank's payload length, so that a fault on one rank (a length of ``_ENCODE`` or
+        ``_DECODE``) stops every rank instead of leaving them waiting in the next collective."""
+        mine = torch.tensor([length], dtype=torch.int64, device=self.device)
+        lens = [torch.empty_like(mine) for _ in range(self.size)]
+        dist.all_gather(lens, mine, group=self.group)
+        lens = [int(t.item()) for t in lens]
+        failed = [(r, n) for r, n in enumerate(lens) if n < 0]
+        if failed and length >= 0:
+            rank, code = failed[0]
+            call = "encode" if code == _ENCODE else "decode"
+            raise PluginFault(
+                self.codec.label,
+                call,
+                self.state.iter,
+                f"codec {self.codec.label}: {call} failed on rank {rank} at step "
+                f"{self.state.iter} ({self.where}); see that rank's error",
+            )
+        return lens
+
+    def __call__(self, r, payload):
+        pending = self.state._fault
+        if pending is not None:
+            self.agree(_DECODE)
+            raise pending
+        lens = self.agree(_ENCODE if payload is None else len(payload))
+        if payload is None:
+            return None
+        self.state._step_bytes += len(payload)
+        element = self.codec.element
+        if element is not None:
+            dtype = _ELEMENTS[element]
+            size = torch.empty(0, dtype=dtype).element_size()
+            if any(n != lens[0] for n in lens) or lens[0] % size:
+                raise RuntimeError(
+                    f"codec {self.codec.label} at step {self.state.iter} ({self.where}, round "
+                    f"{r}): a summable payload must have the same length on every rank and hold "
+                    f"whole {element} elements, but the lengths are {lens}"
+                )
+            # bytearray: frombuffer of immutable bytes would let the all-reduce write into them.
+            t = torch.frombuffer(bytearray(payload), dtype=dtype) if payload else None
+            if t is None:
+                return b""
+            t = t.to(self.device)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
+            return t.cpu().view(torch.uint8).numpy().tobytes()
+        width = max(lens)
+        mine = torch.zeros(width, dtype=torch.uint8)
+        if payload:
+            mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        mine = mine.to(self.device)
+        everyone = [torch.empty_like(mine) for _ in range(self.size)]
+        dist.all_gather(everyone, mine, group=self.group)
+        return [t[:n].cpu().numpy().tobytes() for t, n in zip(everyone, lens)]
+
+
+def _layout(bucket, buffer, names):
+    """The bucket's tensors as ``Codec.meta`` takes them, and their layout."""
+    base = buffer.storage_offset()
+    tensors = []
+    for i, (p, g) in enumerate(zip(bucket.parameters(), bucket.gradients())):
+        # gradients() are views into the bucket's flat buffer: their offset is the slice's.
+        name = names.get(id(p), f"param{i}")
+        tensors.append((name, list(p.shape), 0, g.storage_offset() - base, p.numel()))
+    layout = tuple((tuple(shape), offset) for _, shape, _, offset, _ in tensors)
+    return tensors, layout
+
+
+def codec_hook(state, bucket):
+    """A DDP communication hook that moves each gradient bucket through ``state``'s codec
+    plugin: ``model.register_comm_hook(state, codec_hook)``. Returns a completed future of the
+    averaged (decoded) bucket.
+
+    Faults raise ``PluginFault`` on the rank where the plugin failed and on the others (naming
+    that rank); the state is then as before the step.
+    """
+    # Synchronous: every collective is issued and awaited here and the future returned is
+    # already complete. Chaining async work would let DDP overlap this bucket's traffic with
+    # the backward pass, but a codec's round r+1 needs the sum of round r, each round needs the
+    # length agreement first, and the plugin calls would then run on gloo's callback thread;
+    # in order here, every rank makes the same collective calls in the same order even when a
+    # plugin faults, which is what keeps a fault from hanging the other ranks.
+    try:
+        return _exchange(state, bucket)
+    except BaseException:
+        state._reset_step()
+        raise
+
+
+def _exchange(state, bucket):
+    group = state.process_group if state.process_group is not None else dist.group.WORLD
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    buffer = bucket.buffer()
+    b = bucket.index()
+    step = state.iter
+    tensors, layout = _layout(bucket, buffer, state._names)
+    n = buffer.numel()
+    meta = Codec.meta(state.seed, step, b, rank, n, tensors)
+
+    direct = buffer.dtype == torch.float32 and buffer.device.type == "cpu"
+    direct = direct and buffer.is_contiguous()
+    # The bucket itself where it is a CPU float32 buffer (its .numpy() shares memory): the
+    # codec reads it and the decode writes the result straight back into it.
+    data = buffer if direct else buffer.detach().to("cpu", torch.float32).contiguous()
+    # DDP's bucket holds the local gradient; the host's arrive divided by the rank count.
+    data.div_(world)
+
+    residual = None
+    if state.error_feedback and step >= state.start_iter:
+        e = state._residual(b, layout)
+        if e is not None:
+            data.add_(e)
+        # A fresh tensor each step: a residual once committed is never written again, so a
+        # reference to it (a checkpoint being written) stays what it was.
+        residual = torch.empty(n, dtype=torch.float32)
+
+    move = _Mover(state, group, f"bucket {b}")
+    payloads, moved = encode_bucket(state.codec, meta, data.numpy(), move)
+    try:
+        decode_bucket(state.codec, meta, data, payloads, moved, data, rank=rank, residual=residual)
+    except PluginFault as fault:
+        # Told to the other ranks at the next agreement (the next bucket's, or the step's last).
+        state._fault = fault
+    else:
+        if residual is not None:
+            state._staged[b] = (residual, layout)
+        if not direct:
+            buffer.copy_(data)
+
+    if bucket.is_last():
+        _Mover(state, group, "the step's last agreement").agree(_DECODE if state._fault else 0)
+        if state._fault is not None:
+            raise state._fault
+        state._commit()
+    fut = torch.futures.Future()
+    fut.set_result(buffer)
+    return fut

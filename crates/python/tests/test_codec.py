@@ -1,0 +1,381 @@
+"""The DDP comm hook (lsgd_torch.comm): its payloads are the host's, identity is DDP's own
+all-reduce, error feedback keeps p - decode(own), the state pickles with its residuals, faults
+stop every rank, and top-k at 1% trains a model as far as the all-reduce does."""
+
+import json
+import pickle
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from conftest import ROOT, torchrun
+from lsgd_torch import PluginFault, blake3_hex, sample_bucket
+from lsgd_torch.comm import CodecState, codec_hook, decode_bucket, encode_bucket
+
+EXAMPLE = ROOT / "examples" / "python" / "ddp_codec.py"
+
+
+@pytest.fixture
+def world1(tmp_path):
+    """A one-rank gloo group for this test."""
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1
+    )
+    yield
+    dist.destroy_process_group()
+
+
+class Bucket:
+    """A stand-in for DDP's GradBucket: one flat buffer holding whole tensors of `shapes`."""
+
+    def __init__(self, data, shapes, index=0):
+        self.data = data
+        self.shapes = shapes
+        self.params = [torch.empty(s) for s in shapes]
+        self.idx = index
+
+    def buffer(self):
+        return self.data
+
+    def index(self):
+        return self.idx
+
+    def is_last(self):
+        return True
+
+    def parameters(self):
+        return self.params
+
+    def gradients(self):
+        out, offset = [], 0
+        for p in self.params:
+            out.append(self.data[offset : offset + p.numel()].view(p.shape))
+            offset += p.numel()
+        return out
+
+
+def hook_once(state, g, shapes=None):
+    """The hook's result for one bucket holding `g` (the bucket keeps `g` untouched)."""
+    bucket = Bucket(g.clone(), shapes or [tuple(g.shape)])
+    return codec_hook(state, bucket).wait()
+
+
+def single_rank_move(codec):
+    """encode_bucket's collective on one rank: the sum, or the gather, of one payload."""
+    return (lambda r, p: p) if codec.combine == "sum" else (lambda r, p: [p])
+
+
+# (plugin, params): a sparsifier, a quantizer per chunk, two rounds of PowerSGD, a summable
+# half-precision payload, and a stochastic quantizer whose draws come from the meta's seeds.
+HOST_CODECS = [
+    ("codec-top-k", {"density": 0.05}),
+    ("codec-int8", {}),
+    ("codec-powersgd", {"rank": 2}),
+    ("codec-fp16", {}),
+    ("codec-qsgd", {}),
+]
+
+
+@pytest.mark.parametrize("plugin,params", HOST_CODECS, ids=[c for c, _ in HOST_CODECS])
+def test_hook_payloads_are_the_hosts_on_the_same_buckets(host, plugin, params):
+    rows, cols, buckets, seed = 24, 16, 3, 7
+    sets = [f"--set=both.{k}={v}" for k, v in params.items()]
+    report = json.loads(
+        host(
+            "compare", plugin, plugin, "--rows", rows, "--cols", cols, "--buckets", buckets,
+            "--seed", seed, "--format", "json", *sets,
+        )
+    )
+    state = CodecState(None, plugin, params=params)
+    codec = state.codec
+    digests, err2, norm2 = [], 0.0, 0.0
+    for step in range(buckets):
+        meta, raw = sample_bucket(rows, cols, step, seed)
+        data = torch.frombuffer(bytearray(raw), dtype=torch.float32)
+        payloads, moved = encode_bucket(codec, meta, data.numpy(), single_rank_move(codec))
+        assert len(payloads) == codec.rounds
+        digests.append(blake3_hex(b"".join(payloads)))
+        out = torch.empty_like(data)
+        decode_bucket(codec, meta, data, payloads, moved, out)
+        err2 += float(((out.double() - data.double()) ** 2).sum())
+        norm2 += float((data.double() ** 2).sum())
+    assert digests == report["a"]["payload_blake3"]
+    assert len(set(digests)) == buckets, "every step's bucket differs"
+    # The reconstructions are the host's too (its relative L2 error over every bucket).
+    assert (err2 / norm2) ** 0.5 == pytest.approx(report["a"]["rel_l2_error"], rel=1e-9)
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)
+    )
+
+
+def test_identity_codec_gives_ddps_allreduce_bit_for_bit(world1):
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+    y = torch.arange(16) % 10
+    runs = []
+    for hooked in [False, True]:
+        # bucket_cap_mb below the middle weight's size: several buckets after DDP's rebuild.
+        model = DDP(mlp(), bucket_cap_mb=0.1)
+        state = None
+        if hooked:
+            state = CodecState(None, "codec-identity", names=model)
+            model.register_comm_hook(state, codec_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        grads = []
+        for _ in range(3):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+            opt.step()
+        runs.append((grads, state))
+    (plain, _), (coded, state) = runs
+    for a, b in zip(plain, coded):
+        assert all(torch.equal(u, v) for u, v in zip(a, b))
+    floats = sum(p.numel() for p in mlp().parameters())
+    assert state.iter == 3
+    assert state.bytes_sent == 4 * floats
+    assert state.total_bytes_sent == 3 * 4 * floats
+    assert len(state.layouts) > 1, "the model should span several buckets"
+    assert all(not e.any() for e in state.residuals.values()), "identity drops nothing"
+
+
+def topk_positions(p, k):
+    return set(torch.topk(p.abs(), k).indices.tolist())
+
+
+def test_error_feedback_keeps_what_top_k_did_not_send(world1):
+    n = 400
+    gen = torch.Generator().manual_seed(3)
+    state = CodecState(None, "codec-top-k", params={"density": 0.05}, start_iter=0)
+    e = torch.zeros(n)
+    for step in range(3):
+        g = torch.randn(n, generator=gen)
+        p = g + e  # what the hook must encode
+        out = hook_once(state, g, [(20, 20)])
+        sent = out.nonzero().flatten()
+        assert set(sent.tolist()) == topk_positions(p, len(sent)), f"step {step}"
+        assert 0 < len(sent) < n // 10
+        assert torch.equal(out[sent], p[sent])
+        e = state.residuals[0]
+        assert torch.equal(e, p - out), f"step {step}: e = p - decode(own)"
+        assert not e[sent].any()
+    assert state.iter == 3
+    assert state.bytes_sent > 0 and state.total_bytes_sent == 3 * state.bytes_sent
+
+
+def test_error_feedback_of_a_two_round_summable_codec(world1):
+    n = 24 * 16
+    g = torch.randn(n, generator=torch.Generator().manual_seed(4))
+    state = CodecState(None, "codec-powersgd", params={"rank": 1}, start_iter=0)
+    out = hook_once(state, g, [(24, 16)])
+    e = state.residuals[0]
+    assert torch.equal(e, g - out)
+    assert float(e.norm()) > 0.1 * float(g.norm()), "rank 1 cannot carry a random matrix"
+    out2 = hook_once(state, g, [(24, 16)])
+    assert torch.equal(state.residuals[0], (g + e) - out2)
+
+
+def test_error_feedback_waits_for_start_iter_and_drops_a_rebuilt_buckets_residual(
+    world1, caplog
+):
+    g = torch.randn(200, generator=torch.Generator().manual_seed(5))
+    state = CodecState(None, "codec-top-k", params={"density": 0.05})  # start_iter=1
+    hook_once(state, g)
+    assert state.residuals == {} and state.iter == 1
+    out = hook_once(state, g)
+    assert torch.equal(state.residuals[0], g - out)
+    # The same bucket index with other tensors: DDP rebuilt its buckets. The old residual
+    # belongs to other parameters and must not be added.
+    with caplog.at_level("WARNING"):
+        out = hook_once(state, g, [(100,), (100,)])
+    assert "changed layout" in caplog.text
+    assert torch.equal(state.residuals[0], g - out)
+
+
+def test_pickled_state_keeps_its_residuals_and_continues_identically(world1):
+    gen = torch.Generator().manual_seed(6)
+    gs = [torch.randn(300, generator=gen) for _ in range(3)]
+    state = CodecState(None, "codec-top-k", params={"density": 0.02}, start_iter=0, seed=9)
+    for g in gs[:2]:
+        hook_once(state, g)
+    restored = pickle.loads(pickle.dumps(state))
+    assert restored.process_group is None
+    assert (restored.iter, restored.total_bytes_sent, restored.seed) == (2, state.total_bytes_sent, 9)
+    assert restored.residuals[0].any()
+    assert torch.equal(restored.residuals[0], state.residuals[0])
+    assert restored._rank_record() == state._rank_record()
+    a, b = hook_once(state, gs[2]), hook_once(restored, gs[2])
+    assert torch.equal(a, b)
+    assert torch.equal(restored.residuals[0], state.residuals[0])
+
+    saved = state.__getstate__()
+    saved["settings"] = [("density", "0.5")]
+    with pytest.raises(ValueError, match="params"):
+        CodecState.__new__(CodecState).__setstate__(saved)
+
+
+def test_bad_plugins_and_parameters_are_refused():
+    with pytest.raises(ValueError, match=r"warmup.*codec"):
+        CodecState(None, "warmup")
+    with pytest.raises(ValueError, match="density"):
+        CodecState(None, "codec-top-k", params={"density": 2})
+    with pytest.raises(FileNotFoundError, match="no-such-codec"):
+        CodecState(None, "no-such-codec")
+    with pytest.raises(ValueError, match="start_iter"):
+        CodecState(None, "codec-top-k", start_iter=-1)
+    with pytest.raises(TypeError):
+        CodecState(None, "codec-top-k", fuel=10)
+
+
+@pytest.mark.parametrize("mode,call", [("trap", "encode"), ("refuse", "decode")])
+def test_a_codec_fault_raises_plugin_fault_and_leaves_the_state_before_the_step(
+    world1, mode, call
+):
+    model = DDP(mlp(), bucket_cap_mb=0.1)
+    state = CodecState(
+        None, "bad-codec", params={"mode": mode, "from_step": 2}, start_iter=0
+    )
+    model.register_comm_hook(state, codec_hook)
+    x, y = torch.randn(4, 32), torch.arange(4)
+    for _ in range(2):
+        nn.functional.cross_entropy(model(x), y).backward()
+    before = dict(state.residuals)
+    sent = state.total_bytes_sent
+    with pytest.raises(PluginFault) as fault:
+        nn.functional.cross_entropy(model(x), y).backward()
+    assert fault.value.call == call and fault.value.step == 2
+    assert fault.value.plugin.endswith("bad-codec.wasm")
+    assert (state.iter, state.total_bytes_sent) == (2, sent)
+    assert len(before) > 1 and state.residuals == before
+    assert state._staged == {} and state._fault is None
+
+
+TWO_RANKS = textwrap.dedent(
+    """
+    import gc
+    import sys
+    import torch, torch.distributed as dist, torch.nn as nn
+    import lsgd_torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from lsgd_torch import PluginFault
+    from lsgd_torch.comm import CodecState, codec_hook
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    # One file per rank: the two ranks' prints would interleave on a shared stdout.
+    report = open(f"{sys.argv[2]}/rank{rank}.txt", "w")
+
+    def grads(hook, state, steps=3):
+        torch.manual_seed(0)
+        model = DDP(nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 10)),
+                    bucket_cap_mb=0.01)
+        if hook:
+            model.register_comm_hook(state, hook)
+        out = []
+        for step in range(steps):
+            # Each rank its own batch, so the all-reduce has something to average.
+            g = torch.Generator().manual_seed(100 * rank + step)
+            x, y = torch.randn(8, 32, generator=g), torch.randint(0, 10, (8,), generator=g)
+            model.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            out.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        return out
+
+    if sys.argv[1] == "agree":
+        plain = grads(None, None)
+        ident = grads(codec_hook, CodecState(None, "codec-identity"))
+        print(f"identity equal {all(map(torch.equal, plain, ident))}", file=report)
+        fp16 = grads(codec_hook, CodecState(None, "codec-fp16"))
+        torch_fp16 = grads(default_hooks.fp16_compress_hook, None)
+        diff = max(float((a - b).abs().max()) for a, b in zip(fp16, torch_fp16))
+        print(f"fp16 max diff {diff:e} of {float(plain[0].abs().max()):e}", file=report)
+        topk = CodecState(None, "codec-top-k", params={"density": 0.01})
+        grads(codec_hook, topk)
+        # Each rank keeps its own residuals, yet check_ranks finds the ranks in step.
+        gc.collect()
+        lsgd_torch.check_ranks()
+        mine = topk._rank_record()["residuals"]
+        everyone = [None, None]
+        dist.all_gather_object(everyone, mine)
+        print(f"check_ranks same, residuals differ {everyone[0] != everyone[1]}", file=report)
+    else:
+        state = CodecState(None, "bad-codec", params={"mode": sys.argv[1], "from_step": 1,
+                                                      "on_rank": 1})
+        try:
+            grads(codec_hook, state)
+            print("no fault", file=report)
+        except PluginFault as f:
+            print(f"PluginFault {f.call} step {f.step} iter {state.iter}: "
+                  + str(f).splitlines()[0], file=report)
+    dist.destroy_process_group()
+    """
+)
+
+
+def two_ranks(tmp_path, mode):
+    """Runs TWO_RANKS in `mode` under torchrun; returns what each rank reported."""
+    script = tmp_path / "two_ranks.py"
+    script.write_text(TWO_RANKS)
+    done = subprocess.run(
+        [torchrun(), "--standalone", "--nproc_per_node", "2", str(script), mode, str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+
+
+def test_two_ranks_identity_is_the_allreduce_fp16_is_torchs_and_check_ranks_passes(tmp_path):
+    for out in two_ranks(tmp_path, "agree"):
+        assert "identity equal True" in out, out
+        assert "check_ranks same, residuals differ True" in out, out
+        diff, scale = map(float, re.search(r"fp16 max diff (\S+) of (\S+)", out).groups())
+        # Both sum p/2 in half precision (rounded in another order: f16(g/2) vs f16(g)/2).
+        assert diff <= 1e-3 * scale, out
+
+
+@pytest.mark.parametrize("mode,call", [("trap", "encode"), ("refuse", "decode")])
+def test_a_fault_on_one_rank_stops_both_without_a_hang(tmp_path, mode, call):
+    rank0, rank1 = two_ranks(tmp_path, mode)
+    # Rank 1's own fault, and on rank 0 the news of it (instead of a wait in a collective).
+    assert rank1.startswith(f"PluginFault {call} step 1 iter 1: plugin"), rank1
+    assert rank0.startswith(f"PluginFault {call} step 1 iter 1: codec"), rank0
+    assert "failed on rank 1" in rank0, rank0
+
+
+def test_top_k_one_percent_with_error_feedback_trains_as_far_as_allreduce(fashion_mnist):
+    done = subprocess.run(
+        [
+            torchrun(), "--standalone", "--nproc_per_node", "2", str(EXAMPLE),
+            "--codec", "codec-top-k", "--set", "density=0.01", "--steps", "400",
+            "--baseline", "--data", str(fashion_mnist),
+        ],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(done.stdout)
+    runs = {
+        m["run"]: (float(m["acc"]), float(m["bytes"]))
+        for m in re.finditer(
+            r"(?P<run>\S+): accuracy (?P<acc>[\d.]+)% after 400 steps, (?P<bytes>\d+) bytes/step",
+            done.stdout,
+        )
+    }
+    (base_acc, base_bytes), (acc, sent) = runs["all-reduce"], runs["codec-top-k"]
+    assert base_acc > 75, done.stdout
+    assert acc >= base_acc - 1.0, done.stdout
+    # 1% of the floats as (index, value) pairs, plus headers: about 2% of the dense bytes.
+    assert sent < 0.03 * base_bytes, done.stdout
