@@ -20,7 +20,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import lsgd_torch
-from lsgd_torch.comm import CodecState, codec_hook
+from lsgd_torch import CodecState, codec_hook
 
 
 def idx(path):
@@ -58,7 +58,7 @@ def train(args, train_set, test_set, codec):
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(args.seed))
     batch = args.batch * world
     for step in range(args.steps):
-        start = step * batch % (len(x) - batch + 1)
+        start = step % (len(x) // batch) * batch
         mine = order[start : start + batch][rank::world]
         opt.zero_grad()
         nn.functional.cross_entropy(model(x[mine]), y[mine]).backward()
@@ -86,15 +86,16 @@ def main():
                    help="also train with DDP's default all-reduce, from the same start")
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
-    # Plain SGD: with heavy momentum on top of error feedback, a top-k run needs more steps to
-    # catch up (DGC's momentum correction, `lsgd-host run --error-feedback momentum`, is the fix).
+    # Plain SGD: with heavy momentum on top of error feedback a top-k run needs more steps to
+    # catch up (lsgd-host's `--error-feedback momentum`, DGC's correction, is for that case).
     p.add_argument("--lr", type=float, default=0.2)
     p.add_argument("--momentum", type=float, default=0.0)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--train-samples", type=int, default=20000)
     p.add_argument("--test-samples", type=int, default=5000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data", default=os.environ.get("LSGD_DATA", "/usr/share/datasets/fashion-mnist"))
+    p.add_argument("--data", help="directory of Fashion-MNIST's IDX .gz files",
+                   default=os.environ.get("LSGD_DATA", "/usr/share/datasets/fashion-mnist"))
     args = p.parse_args()
 
     torch.set_num_threads(1)

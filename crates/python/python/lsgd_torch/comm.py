@@ -251,7 +251,8 @@ class CodecState:
         self._reset_step()
 
     def _residual(self, b, layout):
-        """Bucket ``b``'s residual, or None where there is none for this layout."""
+        """Bucket ``b``'s residual, or None where there is none for this layout (the step's
+        commit then replaces it)."""
         e = self.residuals.get(b)
         if e is not None and self.layouts.get(b) != layout:
             logger.warning(
@@ -259,7 +260,6 @@ class CodecState:
                 "was kept); its residual is dropped",
                 b,
             )
-            del self.residuals[b], self.layouts[b]
             return None
         return e
 
@@ -270,7 +270,6 @@ class _Mover:
     def __init__(self, state, group, meta_text):
         self.state = state
         self.group = group
-        self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self.where = meta_text
         self.codec = state.codec
@@ -281,7 +280,8 @@ class _Mover:
 
     def agree(self, length):
         """Every rank's payload length, so that a fault on one rank (a length of ``_ENCODE`` or
-        ``_DECODE``) stops every rank instead of leaving them waiting in the next collective."""
+        ``_DECODE``) stops every rank instead of leaving them waiting in the next collective (the
+        host's ``agree_lengths``)."""
         mine = torch.tensor([length], dtype=torch.int64, device=self.device)
         lens = [torch.empty_like(mine) for _ in range(self.size)]
         dist.all_gather(lens, mine, group=self.group)
@@ -318,11 +318,10 @@ class _Mover:
                     f"{r}): a summable payload must have the same length on every rank and hold "
                     f"whole {element} elements, but the lengths are {lens}"
                 )
-            # bytearray: frombuffer of immutable bytes would let the all-reduce write into them.
-            t = torch.frombuffer(bytearray(payload), dtype=dtype) if payload else None
-            if t is None:
+            if not payload:
                 return b""
-            t = t.to(self.device)
+            # bytearray: frombuffer of immutable bytes would let the all-reduce write into them.
+            t = torch.frombuffer(bytearray(payload), dtype=dtype).to(self.device)
             dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
             return t.cpu().view(torch.uint8).numpy().tobytes()
         width = max(lens)
