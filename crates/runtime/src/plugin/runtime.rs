@@ -191,31 +191,7 @@ impl Runtime {
     pub fn load(&self, path: &Path, expect: Option<PolicyKind>) -> Result<Plugin, PluginError> {
         let label = path.display().to_string();
         let load_err = |m: String| PluginError::new(label.clone(), "load", Fault::Load(m));
-        // Before reading and compiling: a hostile multi-GiB file would cost memory and minutes.
-        let size = std::fs::metadata(path)
-            .map_err(|e| load_err(format!("cannot read the file: {e}")))?
-            .len();
-        if size > self.limits.max_component_bytes {
-            return Err(load_err(too_big(size, self.limits.max_component_bytes)));
-        }
-        let bytes =
-            std::fs::read(path).map_err(|e| load_err(format!("cannot read the file: {e}")))?;
-        if bytes.len() as u64 > self.limits.max_component_bytes {
-            return Err(load_err(too_big(
-                bytes.len() as u64,
-                self.limits.max_component_bytes,
-            )));
-        }
-        if !bytes.starts_with(b"\0asm") {
-            return Err(load_err("not a WebAssembly file (no \\0asm header)".into()));
-        }
-        if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
-            return Err(load_err(
-                "a core WebAssembly module, not a component: build for wasm32-wasip2, or wrap \
-                 the module with `wasm-tools component new`"
-                    .into(),
-            ));
-        }
+        let bytes = read_component(path, self.limits.max_component_bytes).map_err(load_err)?;
         // The engine is chosen by the kind the export names declare; the contract is then
         // read again, authoritatively, from the compiled component's type.
         let sandboxed = match declared_kind(&bytes) {
@@ -270,6 +246,33 @@ impl Runtime {
             self.limits,
         )
     }
+}
+
+/// The bytes of a component file, refused before compiling when they are over `limit`, not
+/// WebAssembly, or a core module rather than a component.
+fn read_component(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    // Before reading and compiling: a hostile multi-GiB file would cost memory and minutes.
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read the file: {e}"))?
+        .len();
+    if size > limit {
+        return Err(too_big(size, limit));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read the file: {e}"))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_big(bytes.len() as u64, limit));
+    }
+    if !bytes.starts_with(b"\0asm") {
+        return Err("not a WebAssembly file (no \\0asm header)".into());
+    }
+    if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
+        return Err(
+            "a core WebAssembly module, not a component: build for wasm32-wasip2, or \
+                    wrap the module with `wasm-tools component new`"
+                .into(),
+        );
+    }
+    Ok(bytes)
 }
 
 /// The refusal of a component of `size` bytes over the `limit`.
