@@ -9,11 +9,8 @@ prints each run's test accuracy and the payload bytes each rank sent per step.
 """
 
 import argparse
-import gzip
 import os
-from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -22,21 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import lsgd_torch
 from lsgd_torch import CodecState, codec_hook
 
-
-def idx(path):
-    """An IDX file (Fashion-MNIST's format) as a numpy array, with plain gzip."""
-    raw = gzip.open(path).read()
-    dims = raw[3]
-    shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-
-def load(data, split, limit):
-    """The first `limit` images (flattened, scaled to [0, 1]) and labels of a split."""
-    x = idx(Path(data, f"{split}-images-idx3-ubyte.gz"))[:limit]
-    y = idx(Path(data, f"{split}-labels-idx1-ubyte.gz"))[:limit]
-    x = torch.from_numpy(x.reshape(len(x), -1).astype(np.float32) / 255.0)
-    return x, torch.from_numpy(y.astype(np.int64))
+from fashion_mnist import load
 
 
 def train(args, train_set, test_set, codec):
@@ -100,8 +83,12 @@ def main():
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    train_set = load(args.data, "train", args.train_samples)
-    test_set = load(args.data, "t10k", args.test_samples)
+    # The model is an mlp: flattened images.
+    train_set, test_set = (
+        (x.flatten(1), y)
+        for x, y in (load(args.data, "train", args.train_samples),
+                     load(args.data, "t10k", args.test_samples))
+    )
     runs = [("all-reduce", None)] if args.baseline else []
     runs.append((args.codec, args.codec))
     for label, codec in runs:

@@ -19,34 +19,15 @@ The plugins are looked up by name in LSGD_PLUGIN_PATH, as `lsgd-host` does.
 """
 
 import argparse
-import gzip
 import math
 import time
-from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fashion_mnist import load
 from lsgd_torch import WasmLabelSmoothing, WasmLayerRate, WasmLR
-
-
-def read_idx(path):
-    """An IDX file (MNIST's format, gzipped) as a numpy array: a magic whose last byte is the
-    number of dimensions, the sizes as big-endian u32, then the u8 data."""
-    raw = gzip.open(path).read()
-    dims = raw[3]
-    shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-
-def load(data, split, limit=None):
-    """Images `[n, 1, 28, 28]` scaled to [0, 1] and labels of a split (the first `limit`)."""
-    x = read_idx(Path(data, f"{split}-images-idx3-ubyte.gz"))[:limit]
-    y = read_idx(Path(data, f"{split}-labels-idx1-ubyte.gz"))[:limit]
-    x = torch.from_numpy(x.astype(np.float32) / 255.0).unsqueeze(1)
-    return x, torch.from_numpy(y.astype(np.int64))
 
 
 class Cnn(nn.Module):

@@ -135,7 +135,7 @@ class Driver:
                     f"resume, the saved run had {saved[1]!r}"
                 )
 
-    def rank_record(self):
+    def _rank_record(self):
         """What ``check_ranks`` compares across ranks."""
         snap = self.policy.snapshot()
         return {
@@ -147,6 +147,3 @@ class Driver:
             "step": self.policy.step,
             "state": None if snap is None else _native.blake3_hex(snap),
         }
-
-    # check_ranks looks for this name on every registered holder.
-    _rank_record = rank_record
