@@ -1,41 +1,112 @@
-//! Labelled image data sets in the IDX files of MNIST and Fashion-MNIST, for the trainer's
-//! `--data DIR`. Every error names the file and what was expected, since a wrong, partial or
-//! damaged download is the usual cause and the path is what a person needs to fix it.
+//! Labelled image data sets for the trainer's `--dataset NAME --data-dir DIR`: the IDX files of
+//! MNIST and Fashion-MNIST, the binary CIFAR-10/100 records, image folders, and tensor files
+//! (npz, safetensors). Every error names the file (and the record or image) and what was
+//! expected, since a wrong, partial or damaged download is the usual cause and the path is what
+//! a person needs to fix it.
 
+use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-mod idx;
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
 
+mod cifar;
+mod folder;
+mod idx;
+mod tensor_file;
+#[cfg(test)]
+mod test_files;
+
+pub use folder::{Rgb, decode};
 pub use idx::{IdxArray, MAX_BYTES, read_idx};
 
 /// Where Debian's `dataset-fashion-mnist` installs the gzipped files.
 pub const DEFAULT_DIR: &str = "/usr/share/datasets/fashion-mnist";
 
-/// One split's images and labels, kept as bytes because the trainer scales them itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which data set (and so which file layout) `--data-dir` holds.
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum DatasetKind {
+    /// Fashion-MNIST's IDX files (plain or gzipped); the default, in [`DEFAULT_DIR`].
+    #[default]
+    FashionMnist,
+    /// MNIST's IDX files: the same layout as Fashion-MNIST.
+    Mnist,
+    /// CIFAR-10's binary version: `data_batch_1.bin` … `data_batch_5.bin`, `test_batch.bin`.
+    Cifar10,
+    /// CIFAR-100's binary version: `train.bin`, `test.bin` (the fine labels).
+    Cifar100,
+    /// `train/CLASS/*.{jpg,jpeg,png}` and `val/` or `test/`, classes numbered by sorted folder
+    /// name.
+    Imagefolder,
+    /// A NumPy `.npz` file with `x_train`, `y_train`, `x_test`, `y_test`.
+    Npz,
+    /// A `.safetensors` file with `x_train`, `y_train`, `x_test`, `y_test`.
+    Safetensors,
+}
+
+impl fmt::Display for DatasetKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.to_possible_value().expect("no variant is skipped");
+        f.write_str(name.get_name())
+    }
+}
+
+/// The pixels of a split.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Images {
+    /// `len × channels × rows × cols` bytes, each image channel-major (CHW), 0–255.
+    U8(Vec<u8>),
+    /// `len × channels × rows × cols` floats, each image CHW, used as they are (not / 255).
+    F32(Vec<f32>),
+    /// One image file per sample, decoded (to RGB) when a batch needs it: image folders, whose
+    /// images have sizes of their own.
+    Files(Vec<PathBuf>),
+}
+
+/// One split's images and labels.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Split {
-    /// `len × rows × cols` pixels, image after image, each row-major.
-    pub images: Vec<u8>,
+    /// The pixels, or the files they are in.
+    pub images: Images,
     /// One class index per image, each below [`Dataset::classes`].
-    pub labels: Vec<u8>,
+    pub labels: Vec<u32>,
     /// Number of images (and labels).
     pub len: usize,
-    /// Image height.
+    /// Image channels (1 or 3).
+    pub channels: usize,
+    /// Image height (0 for [`Images::Files`]: each file has its own).
     pub rows: usize,
-    /// Image width.
+    /// Image width (0 for [`Images::Files`]).
     pub cols: usize,
 }
 
 /// A train and a test split of the same image shape and class set.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Dataset {
     /// What the model is fitted on.
     pub train: Split,
     /// What it is evaluated on, never trained on.
     pub test: Split,
-    /// Largest train label + 1, so the trainer sizes its output layer from the data.
+    /// Number of classes: the output layer's size.
     pub classes: usize,
+    /// The classes' names where the data set has them (image folders' folder names, CIFAR's
+    /// `batches.meta.txt` or `fine_label_names.txt`), in index order; empty otherwise.
+    pub class_names: Vec<String>,
+}
+
+/// Loads the data set `kind` from `dir` (for `npz` and `safetensors` the file, or a directory
+/// holding exactly one).
+pub fn load(kind: DatasetKind, dir: &Path) -> Result<Dataset, DataError> {
+    match kind {
+        DatasetKind::FashionMnist | DatasetKind::Mnist => load_dir(dir),
+        DatasetKind::Cifar10 => cifar::load(dir, &cifar::CIFAR10),
+        DatasetKind::Cifar100 => cifar::load(dir, &cifar::CIFAR100),
+        DatasetKind::Imagefolder => folder::load(dir),
+        DatasetKind::Npz => tensor_file::load(dir, tensor_file::Format::Npz),
+        DatasetKind::Safetensors => tensor_file::load(dir, tensor_file::Format::Safetensors),
+    }
 }
 
 /// Why a data file or directory cannot be used; each variant keeps the path so the message
@@ -51,7 +122,8 @@ pub enum DataError {
         #[source]
         source: io::Error,
     },
-    /// Neither the plain nor the gzipped name of a required file is in the directory.
+    /// None of the names a required file or folder may have (plain or gzipped, directly in the
+    /// directory or in the folder an archive unpacks to) is in the directory.
     #[error("{dir}: cannot find {}", or_list(.tried))]
     Missing {
         /// The directory searched.
@@ -205,7 +277,216 @@ pub enum DataError {
         /// Position of the first label out of range.
         index: usize,
         /// That label.
-        found: u8,
+        found: u32,
+    },
+    /// A file of fixed-size records (CIFAR) that ends inside one, as a cut download does.
+    #[error("{path}: truncated: record {index} has {found} of {size} bytes")]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// Position of the partial record (the number of whole ones before it).
+        index: usize,
+        /// Bytes of it present.
+        found: usize,
+        /// Bytes a record has.
+        size: usize,
+    },
+    /// A file with no bytes at all, as an interrupted copy leaves behind.
+    #[error("{path}: empty file: expected {expected}, found 0 bytes")]
+    Empty {
+        /// The file.
+        path: PathBuf,
+        /// What the file should hold.
+        expected: String,
+    },
+    /// A record whose label is not one of the data set's classes, so not the data set named.
+    #[error(
+        "{path}: label out of range: expected below {classes}, found {found} in record {index}"
+    )]
+    RecordLabel {
+        /// The file.
+        path: PathBuf,
+        /// Position of the record in its file.
+        index: usize,
+        /// Its label.
+        found: u32,
+        /// Number of classes.
+        classes: usize,
+    },
+    /// A class-name file whose name count is not the data set's class count.
+    #[error("{path}: expected {expected} class names (one a line), found {found}")]
+    ClassNames {
+        /// The file.
+        path: PathBuf,
+        /// Number of classes.
+        expected: usize,
+        /// Non-blank lines in the file.
+        found: usize,
+    },
+    /// A directory given for a tensor file that does not hold exactly one of them.
+    #[error(
+        "{dir}: expected one *.{ext} file (or the path of the file itself), found {}",
+        list_or_none(.found)
+    )]
+    DataFile {
+        /// The directory.
+        dir: PathBuf,
+        /// The extension looked for.
+        ext: &'static str,
+        /// The names of the matching files, sorted.
+        found: Vec<String>,
+    },
+    /// tch cannot read the file in the format named: another format, damaged, or an element
+    /// type libtorch has no use for.
+    #[error("{path}: cannot read as {format}: {source}")]
+    TensorFile {
+        /// The file.
+        path: PathBuf,
+        /// `npz` or `safetensors`.
+        format: &'static str,
+        /// What tch said.
+        #[source]
+        source: tch::TchError,
+    },
+    /// A tensor file without one of the four arrays of a data set.
+    #[error(
+        "{path}: cannot find array {key}: expected x_train, y_train, x_test and y_test, found {}",
+        list_or_none(.keys)
+    )]
+    MissingArray {
+        /// The file.
+        path: PathBuf,
+        /// The array looked for.
+        key: &'static str,
+        /// The arrays the file has, sorted.
+        keys: Vec<String>,
+    },
+    /// An array of an element type the trainer cannot use for its role.
+    #[error("{path}: array {key}: expected dtype {expected}, found {found}")]
+    ArrayDtype {
+        /// The file.
+        path: PathBuf,
+        /// The array.
+        key: &'static str,
+        /// The types accepted.
+        expected: String,
+        /// The array's type.
+        found: String,
+    },
+    /// An array whose shape is not one of those its role allows.
+    #[error("{path}: array {key}: {problem}: expected {expected}, found {}", dims_text(.dims))]
+    ArrayShape {
+        /// The file.
+        path: PathBuf,
+        /// The array.
+        key: &'static str,
+        /// What is wrong, in a few words.
+        problem: &'static str,
+        /// The shapes accepted.
+        expected: &'static str,
+        /// The array's shape.
+        dims: Vec<usize>,
+    },
+    /// A label array whose length differs from its split's images.
+    #[error(
+        "{path}: expected {expected} labels in {key} to match the images in {images}, found {found}"
+    )]
+    ArrayCount {
+        /// The file.
+        path: PathBuf,
+        /// The label array.
+        key: &'static str,
+        /// The image array of the same split.
+        images: &'static str,
+        /// Number of images.
+        expected: usize,
+        /// Number of labels.
+        found: usize,
+    },
+    /// Test images of another channels×rows×cols than the train images.
+    #[error(
+        "{path}: expected {} images in {key} to match {train}, found {}",
+        dims_text(.expected),
+        dims_text(.found)
+    )]
+    ArrayImageShape {
+        /// The file.
+        path: PathBuf,
+        /// The test image array.
+        key: &'static str,
+        /// The train image array.
+        train: &'static str,
+        /// Train channels, rows, cols.
+        expected: [usize; 3],
+        /// Test channels, rows, cols.
+        found: [usize; 3],
+    },
+    /// Train labels of a tensor file that make fewer than two classes.
+    #[error(
+        "{path}: array {key}: expected labels of at least 2 classes (largest label + 1), found \
+         {found}"
+    )]
+    ArrayClasses {
+        /// The file.
+        path: PathBuf,
+        /// The train label array.
+        key: &'static str,
+        /// Largest label + 1 (0 without labels).
+        found: usize,
+    },
+    /// A label of a tensor file that is no class index: negative, or a class the train labels
+    /// never use.
+    #[error(
+        "{path}: array {key}: label out of range: expected {expected}, found {found} at index \
+         {index}"
+    )]
+    ArrayLabel {
+        /// The file.
+        path: PathBuf,
+        /// The label array.
+        key: &'static str,
+        /// The labels accepted.
+        expected: String,
+        /// Position of the first label out of range.
+        index: usize,
+        /// That label.
+        found: i64,
+    },
+    /// An image folder's `train` with fewer than two class folders.
+    #[error("{path}: expected at least 2 class folders, found {found}")]
+    TooFewFolders {
+        /// The `train` folder.
+        path: PathBuf,
+        /// Its sub-folders.
+        found: usize,
+    },
+    /// A class folder without a single image file (torchvision's `ImageFolder` refuses one too).
+    #[error(
+        "{path}: empty class folder: expected at least one .jpg, .jpeg or .png file, found none"
+    )]
+    EmptyClass {
+        /// The class folder.
+        path: PathBuf,
+    },
+    /// A validation class folder whose name is none of the train class folders'.
+    #[error("{path}: unknown class: expected one of the class folders in {train}, found {name}")]
+    UnknownClass {
+        /// The validation class folder.
+        path: PathBuf,
+        /// The train folder the classes come from.
+        train: PathBuf,
+        /// The folder's name.
+        name: String,
+    },
+    /// An image file whose header (at load time) or pixels (when a batch needs them) do not
+    /// decode.
+    #[error("{path}: not a decodable image: {source}")]
+    Image {
+        /// The image file.
+        path: PathBuf,
+        /// What the decoder said.
+        #[source]
+        source: image::ImageError,
     },
 }
 
@@ -226,6 +507,15 @@ fn file_name(path: &Path) -> String {
 /// `a or b.gz`, the names a missing file was looked for under.
 fn or_list(names: &[String]) -> String {
     names.join(" or ")
+}
+
+/// `a, b`, or `none` when there is nothing to list.
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// The bytes found where the magic should be, in hex, and whether the file ended there.
@@ -268,15 +558,36 @@ fn shape_text((rows, cols): (usize, usize)) -> String {
 
 /// `dir/base` if it exists, else `dir/base.gz`: the plain file first, as the quicker read.
 fn find(dir: &Path, base: &str) -> Result<PathBuf, DataError> {
-    let tried = [base.to_string(), format!("{base}.gz")];
-    tried
+    find_any(dir, vec![base.to_string(), format!("{base}.gz")])
+}
+
+/// The first of `tried` (paths relative to `dir`) that is a file.
+fn find_any(dir: &Path, tried: Vec<String>) -> Result<PathBuf, DataError> {
+    match tried
         .iter()
         .map(|name| dir.join(name))
         .find(|p| p.is_file())
-        .ok_or_else(|| DataError::Missing {
+    {
+        Some(path) => Ok(path),
+        None => Err(DataError::Missing {
             dir: dir.to_path_buf(),
-            tried: tried.to_vec(),
-        })
+            tried,
+        }),
+    }
+}
+
+/// Largest label + 1: the classes a split's labels imply (0 without labels).
+fn classes_of(labels: &[u32]) -> usize {
+    labels.iter().max().map_or(0, |&m| m as usize + 1)
+}
+
+/// The first label at or above `classes`, with its index.
+fn first_out_of_range(labels: &[u32], classes: usize) -> Option<(usize, u32)> {
+    labels
+        .iter()
+        .enumerate()
+        .find(|&(_, &l)| l as usize >= classes)
+        .map(|(i, &l)| (i, l))
 }
 
 /// Reads `path` and checks its rank, so later code can index dims without looking.
@@ -316,10 +627,11 @@ fn load_split(dir: &Path, prefix: &str) -> Result<Loaded, DataError> {
     }
     let split = Split {
         len: im.dims[0],
+        channels: 1,
         rows: im.dims[1],
         cols: im.dims[2],
-        images: im.data,
-        labels: lb.data,
+        images: Images::U8(im.data),
+        labels: lb.data.into_iter().map(u32::from).collect(),
     };
     Ok(Loaded {
         split,
@@ -341,19 +653,14 @@ pub fn load_dir(dir: &Path) -> Result<Dataset, DataError> {
             found: (te.rows, te.cols),
         });
     }
-    let classes = tr.labels.iter().max().map_or(0, |&m| usize::from(m) + 1);
+    let classes = classes_of(&tr.labels);
     if classes < 2 {
         return Err(DataError::TooFewClasses {
             path: train.labels,
             found: classes,
         });
     }
-    if let Some((index, &found)) = te
-        .labels
-        .iter()
-        .enumerate()
-        .find(|&(_, &l)| usize::from(l) >= classes)
-    {
+    if let Some((index, found)) = first_out_of_range(&te.labels, classes) {
         return Err(DataError::LabelRange {
             path: test.labels,
             train: train.labels,
@@ -366,75 +673,8 @@ pub fn load_dir(dir: &Path) -> Result<Dataset, DataError> {
         train: train.split,
         test: test.split,
         classes,
+        class_names: Vec::new(),
     })
-}
-
-/// Files for tests: written under the system temp directory, removed when dropped.
-#[cfg(test)]
-mod test_files {
-    use std::io::Write;
-    use std::path::{Path, PathBuf};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use flate2::Compression;
-    use flate2::write::GzEncoder;
-
-    use super::DataError;
-
-    /// A directory of its own per test, so tests running in parallel never share files.
-    pub struct TempDir(PathBuf);
-
-    impl TempDir {
-        pub fn new(name: &str) -> Self {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir()
-                .join(format!("lsgd-host-data-{}-{n}-{name}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-
-        pub fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
-            let path = self.0.join(name);
-            std::fs::write(&path, bytes).unwrap();
-            path
-        }
-
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    /// An IDX file's bytes; `data` is not checked against `dims`, so bad files can be made.
-    pub fn idx(type_byte: u8, dims: &[u32], data: &[u8]) -> Vec<u8> {
-        let mut out = vec![0, 0, type_byte, dims.len() as u8];
-        for d in dims {
-            out.extend(d.to_be_bytes());
-        }
-        out.extend(data);
-        out
-    }
-
-    pub fn gzip(bytes: &[u8]) -> Vec<u8> {
-        let mut enc = GzEncoder::new(Vec::new(), Compression::default());
-        enc.write_all(bytes).unwrap();
-        enc.finish().unwrap()
-    }
-
-    /// Fails unless `result` is an error whose message contains every one of `parts`.
-    #[track_caller]
-    pub fn assert_err<T: std::fmt::Debug>(result: Result<T, DataError>, parts: &[&str]) {
-        let msg = result.unwrap_err().to_string();
-        for part in parts {
-            assert!(msg.contains(part), "{msg:?} lacks {part:?}");
-        }
-    }
 }
 
 #[cfg(test)]
@@ -468,16 +708,18 @@ mod tests {
         let t = tiny_set("tiny");
         let d = load_dir(t.path()).unwrap();
         let train = Split {
-            images: pixels(6, 0),
+            images: Images::U8(pixels(6, 0)),
             labels: vec![0, 1, 2, 0, 1, 2],
             len: 6,
+            channels: 1,
             rows: 2,
             cols: 3,
         };
         let test = Split {
-            images: pixels(3, 100),
+            images: Images::U8(pixels(3, 100)),
             labels: vec![2, 1, 0],
             len: 3,
+            channels: 1,
             rows: 2,
             cols: 3,
         };
@@ -487,7 +729,8 @@ mod tests {
             Dataset {
                 train,
                 test,
-                classes
+                classes,
+                class_names: Vec::new(),
             }
         );
     }
@@ -560,6 +803,35 @@ mod tests {
             load_dir(t.path()),
             &[TRAIN_LABELS, "at least 2 classes", "found 1"],
         );
+    }
+
+    #[test]
+    fn dataset_kind_names_are_kebab_case() {
+        let names = [
+            (DatasetKind::FashionMnist, "fashion-mnist"),
+            (DatasetKind::Mnist, "mnist"),
+            (DatasetKind::Cifar10, "cifar10"),
+            (DatasetKind::Cifar100, "cifar100"),
+            (DatasetKind::Imagefolder, "imagefolder"),
+            (DatasetKind::Npz, "npz"),
+            (DatasetKind::Safetensors, "safetensors"),
+        ];
+        assert_eq!(names.len(), DatasetKind::value_variants().len());
+        for (kind, name) in names {
+            assert_eq!(kind.to_string(), name);
+            // The command line and a checkpoint's config spell it the same way.
+            assert_eq!(DatasetKind::from_str(name, false), Ok(kind));
+            assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{name}\""));
+        }
+        assert_eq!(DatasetKind::default(), DatasetKind::FashionMnist);
+    }
+
+    #[test]
+    fn load_dispatches_idx_kinds() {
+        let t = tiny_set("dispatch");
+        for kind in [DatasetKind::FashionMnist, DatasetKind::Mnist] {
+            assert_eq!(load(kind, t.path()).unwrap(), load_dir(t.path()).unwrap());
+        }
     }
 
     #[test]
