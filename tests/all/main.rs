@@ -8,6 +8,7 @@ mod cache;
 mod checkpoints;
 mod cli;
 mod codecs;
+mod data;
 mod common;
 mod dgc;
 mod faults;

@@ -46,6 +46,9 @@ pub(crate) fn config(
             local_clip_norm: None,
             mixed_precision: Default::default(),
             mode: Default::default(),
+            dataset: Default::default(),
+            augment: Default::default(),
+            image_size: 224,
         },
         invocation: Invocation {
             threads: 1,
@@ -60,6 +63,8 @@ pub(crate) fn config(
             slow: None,
             keep_checkpoints: 2,
             overwrite: false,
+            loader_threads: 2,
+            save_model: None,
         },
     }
 }

@@ -7,6 +7,8 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::augment::Augment;
+use crate::data::DatasetKind;
 use crate::exchange::ErrorFeedback;
 use crate::model::ModelSpec;
 use crate::optim::{AdamWConfig, SgdConfig, SgdForm};
@@ -84,6 +86,22 @@ pub struct RunConfig {
     /// (synchronous in checkpoints written before it existed).
     #[serde(default)]
     pub mode: Mode,
+    /// `--dataset`: which data set `--data-dir` holds (Fashion-MNIST in checkpoints written
+    /// before it existed).
+    #[serde(default)]
+    pub dataset: DatasetKind,
+    /// `--augment`: the training batches' augmentation (none in checkpoints written before it
+    /// existed).
+    #[serde(default)]
+    pub augment: Augment,
+    /// `--image-size`: the side of the square images made from image files.
+    #[serde(default = "default_image_size")]
+    pub image_size: u32,
+}
+
+/// `--image-size`' default: ImageNet's 224.
+pub fn default_image_size() -> u32 {
+    224
 }
 
 /// How the ranks of a run combine their gradients.
@@ -116,7 +134,7 @@ pub struct Slowdown {
 pub struct Invocation {
     /// Intra-op threads of libtorch.
     pub threads: usize,
-    /// Directory of IDX files.
+    /// `--data-dir`: the data set's directory (or file, for npz and safetensors).
     pub data: PathBuf,
     /// Where tensors live.
     pub device: DeviceChoice,
@@ -143,6 +161,17 @@ pub struct Invocation {
     /// refuses such an `out`; see [`crate::rundir`]).
     #[serde(default)]
     pub overwrite: bool,
+    /// `--loader-threads`: threads decoding image files (image folders only).
+    #[serde(default = "default_loader_threads")]
+    pub loader_threads: usize,
+    /// `--save-model FILE`: where the trained weights go at the end (safetensors).
+    #[serde(default)]
+    pub save_model: Option<PathBuf>,
+}
+
+/// `--loader-threads`' default.
+pub fn default_loader_threads() -> usize {
+    2
 }
 
 /// `--keep-checkpoints`' default: the newest generation and one to fall back to.
@@ -177,6 +206,15 @@ impl TrainConfig {
         }
         if self.invocation.threads == 0 {
             return Err(Error::Config("--threads must be at least 1".into()));
+        }
+        if self.invocation.loader_threads == 0 {
+            return Err(Error::Config("--loader-threads must be at least 1".into()));
+        }
+        if run.image_size < 8 {
+            return Err(Error::Config(format!(
+                "--image-size {} is too small: use at least 8 pixels",
+                run.image_size
+            )));
         }
         Ok(())
     }
@@ -264,6 +302,9 @@ mod tests {
             local_clip_norm: None,
             mixed_precision: MixedPrecision::default(),
             mode: Mode::Sync,
+            dataset: DatasetKind::FashionMnist,
+            augment: Augment::None,
+            image_size: 224,
         }
     }
 
@@ -305,6 +346,8 @@ mod tests {
                 slow: None,
                 keep_checkpoints: 2,
                 overwrite: false,
+                loader_threads: 2,
+                save_model: None,
             },
         };
         let v = serde_json::to_value(&c).unwrap();
@@ -319,6 +362,16 @@ mod tests {
         old.as_object_mut().unwrap().remove("mode");
         old.as_object_mut().unwrap().remove("slow");
         old.as_object_mut().unwrap().remove("keep_checkpoints");
+        // ... and before data sets, augmentation and saved models.
+        for key in [
+            "dataset",
+            "augment",
+            "image_size",
+            "loader_threads",
+            "save_model",
+        ] {
+            old.as_object_mut().unwrap().remove(key);
+        }
         // ... and before `local_clip_norm`, when `error_feedback` was a switch.
         old.as_object_mut().unwrap().remove("local_clip_norm");
         old["error_feedback"] = serde_json::Value::Bool(false);

@@ -4,12 +4,12 @@
 use tch::nn::ModuleT;
 use tch::{Kind, Reduction};
 
-use super::tensors::SplitTensors;
+use super::tensors::DataTensors;
 use crate::Result;
 use crate::precision::Autocast;
 
 /// Samples per forward pass during evaluation.
-const EVAL_BATCH: i64 = 1000;
+const EVAL_BATCH: usize = 1000;
 
 /// Test loss and top-1 accuracy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -20,21 +20,23 @@ pub struct Evaluation {
     pub accuracy: f64,
 }
 
-/// Evaluates `model` on `split`, its forward pass autocast to `autocast` if given (the
-/// precision the run trains in).
+/// Evaluates `model` on the test split of `data`, its forward pass autocast to `autocast` if
+/// given (the precision the run trains in).
 pub fn evaluate(
     model: &dyn ModuleT,
-    split: &SplitTensors,
+    data: &mut DataTensors,
     autocast: Option<Kind>,
 ) -> Result<Evaluation> {
     let _guard = tch::no_grad_guard();
-    let n = split.len as i64;
+    let n = data.test.len;
     let (mut loss_sum, mut correct) = (0.0, 0i64);
     let mut start = 0;
+    data.prefetch_test(0, EVAL_BATCH.min(n));
     while start < n {
         let len = EVAL_BATCH.min(n - start);
-        let x = split.images.narrow(0, start, len);
-        let y = split.labels.narrow(0, start, len);
+        // Image files of the next chunk decode while this one runs.
+        data.prefetch_test(start + len, EVAL_BATCH.min(n - start - len));
+        let (x, y) = data.test_batch(start, len)?;
         let logits = {
             let _autocast = Autocast::enter(x.device(), autocast)?;
             model.forward_t(&x, false).to_kind(Kind::Float)

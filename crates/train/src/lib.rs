@@ -14,7 +14,9 @@
 //! - [`optim`]: the optimizer trait, SGD and AdamW;
 //! - [`precision`]: mixed precision (autocast, fp16 loss scaling);
 //! - [`exchange`]: the gradient's way through the collective, plain or through a codec;
-//! - [`model`], [`data`], [`tensors`]: the networks, the IDX data sets, the data on the device;
+//! - [`model`], [`data`]: the networks (built in or TorchScript), the data sets on disk;
+//! - [`tensors`], [`augment`], [`loader`]: batches as the model sees them (standardised,
+//!   augmented), image files decoded a step ahead;
 //! - [`order`]: which samples each step trains on;
 //! - [`loss`]: smoothed cross-entropy;
 //! - [`eval`]: test loss and accuracy;
@@ -26,12 +28,14 @@
 //! - [`progress`]: the progress bar or log lines;
 //! - [`error`]: the crate's error type.
 
+pub mod augment;
 pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod error;
 pub mod eval;
 pub mod exchange;
+pub mod loader;
 pub mod loss;
 pub mod metrics;
 pub mod model;

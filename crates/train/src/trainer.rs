@@ -45,7 +45,7 @@ use crate::optim::{self, LrScale, Optimizer, Param};
 use crate::order::{SampleOrder, micro_batches};
 use crate::precision::{Autocast, LossScaler};
 use crate::progress::Progress;
-use crate::tensors::DataTensors;
+use crate::tensors::{DataSettings, DataTensors};
 use crate::{Error, Reporting, Result, Summary, data, device, loss, parallel, rundir, tune_malloc};
 
 /// Prefix of model variables in checkpoints.
@@ -60,6 +60,9 @@ pub struct Batch {
     pub micro: Vec<usize>,
     /// The global batch.
     pub global: usize,
+    /// Stream position of the shard's first sample (samples drawn before it in the run): the
+    /// augmentation of each sample derives from its position.
+    pub first: u64,
 }
 
 /// What a step produced, for [`Trainer::observe`].
@@ -143,8 +146,16 @@ impl<'w> Trainer<'w> {
         tch::set_num_threads(config.invocation.threads as i32);
         let (run, device) = (&config.run, device(config.invocation.device)?);
         let data = {
-            let dataset = data::load_dir(&config.invocation.data)?;
-            DataTensors::new(&dataset, run.train_subset, run.test_subset, device)?
+            let dataset = data::load(run.dataset, &config.invocation.data)?;
+            let settings = DataSettings {
+                train_subset: run.train_subset,
+                test_subset: run.test_subset,
+                augment: run.augment,
+                image_size: run.image_size as usize,
+                seed: run.seed,
+                loader_threads: config.invocation.loader_threads,
+            };
+            DataTensors::new(&dataset, &settings, device)?
         };
         tch::manual_seed(run.seed as i64);
         let vs = VarStore::new(device);
@@ -285,11 +296,24 @@ impl<'w> Trainer<'w> {
         let global = decision.global_batch as usize;
         let (rank, size) = (self.world.rank(), self.world.size());
         let micro = micro_batches(global / size, self.config.run.max_micro_batch as usize);
-        let all = self.order.take(decision.state.samples_seen, global);
+        let seen = decision.state.samples_seen;
+        let all = self.order.take(seen, global);
+        let first = seen + (rank * (global / size)) as u64;
+        let indices = parallel::shard(&all, rank, size).to_vec();
+        // Image files for this step and, guessing the batch stays, the next one start
+        // decoding now, while this step computes.
+        if self.data.from_files() {
+            self.data.prefetch_train(&indices, first);
+            let next = self.order.take(seen + global as u64, global);
+            let next_first = first + global as u64;
+            self.data
+                .prefetch_train(parallel::shard(&next, rank, size), next_first);
+        }
         Batch {
-            indices: parallel::shard(&all, rank, size).to_vec(),
+            indices,
             micro,
             global,
+            first,
         }
     }
 
@@ -303,10 +327,11 @@ impl<'w> Trainer<'w> {
         let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
         let mut offset = 0;
         for &m in &batch.micro {
-            let idx = Tensor::from_slice(&batch.indices[offset..offset + m]).to_device(self.device);
+            let (x, y) = self.data.train_batch(
+                &batch.indices[offset..offset + m],
+                batch.first + offset as u64,
+            )?;
             offset += m;
-            let x = self.data.train.images.index_select(0, &idx);
-            let y = self.data.train.labels.index_select(0, &idx);
             let logits = {
                 let _autocast = Autocast::enter(self.device, self.autocast)?;
                 self.model.forward_t(&x, true)
@@ -517,7 +542,7 @@ impl<'w> Trainer<'w> {
             return Ok(());
         }
         self.epochs_evaluated = completed;
-        let e = eval::evaluate(self.model.as_ref(), &self.data.test, self.autocast)?;
+        let e = eval::evaluate(self.model.as_ref(), &mut self.data, self.autocast)?;
         self.clock.set_metric(e.accuracy);
         self.metrics.write(&Record::Eval(EvalRecord {
             step: self.clock.step(),

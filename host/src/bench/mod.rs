@@ -8,6 +8,8 @@
 //!   training step through the sandbox against native;
 //! - [`ddp`]: `mpirun -np N lsgd-host run` against the same job in PyTorch's
 //!   DistributedDataParallel under torchrun, with each side's communication time per step;
+//! - [`loader`]: image decoding and augmentation (images/s) against training (samples/s) on
+//!   the same image folder;
 //! - [`codecs`]: encode+decode GB/s of each codec plugin against the same code compiled
 //!   natively, and the compression each achieves.
 
@@ -15,6 +17,7 @@ pub mod allreduce;
 pub mod codecs;
 pub mod ddp;
 pub mod languages;
+pub mod loader;
 pub mod policies;
 pub mod train;
 
@@ -23,7 +26,92 @@ use std::time::Instant;
 
 use anyhow::{Result, bail};
 
+use crate::collective::Algorithm;
+use crate::model::ModelSpec;
+use crate::optim::SgdConfig;
+use crate::precision::{MixedPrecision, Precision};
+use crate::train::augment::Augment;
+use crate::train::config::Mode;
+use crate::train::data::DatasetKind;
 use crate::train::metrics::{self, Record};
+use crate::train::{DeviceChoice, Invocation, RunConfig, TrainConfig};
+
+/// A training job a benchmark times: one evaluation sample, every step the same batch (also
+/// its micro-batch and the LR's reference), stopped after `steps` steps, no checkpoints kept
+/// but the last.
+pub struct TimedJob<'a> {
+    /// The network.
+    pub model: ModelSpec,
+    /// The data set and where it is.
+    pub dataset: DatasetKind,
+    /// Its directory.
+    pub data: &'a Path,
+    /// Training augmentation.
+    pub augment: Augment,
+    /// Side of images made from files.
+    pub image_size: u32,
+    /// Threads decoding image files.
+    pub loader_threads: usize,
+    /// Global batch.
+    pub batch: u32,
+    /// libtorch threads.
+    pub threads: usize,
+    /// Precision of the forward pass.
+    pub precision: Precision,
+    /// Steps to run.
+    pub steps: u64,
+    /// Run directory.
+    pub out: &'a Path,
+}
+
+impl TimedJob<'_> {
+    /// The job as `lsgd-host run` settings.
+    pub fn config(&self) -> TrainConfig {
+        TrainConfig {
+            run: RunConfig {
+                model: self.model,
+                sgd: SgdConfig::default(),
+                adamw: None,
+                epochs: 1000,
+                global_batch: self.batch,
+                max_micro_batch: self.batch,
+                base_lr: 0.1,
+                reference_batch: self.batch,
+                max_batch: self.batch,
+                seed: 0,
+                train_subset: None,
+                test_subset: Some(1),
+                bucket_mb: 25.0,
+                error_feedback: Default::default(),
+                local_clip_norm: None,
+                mixed_precision: MixedPrecision {
+                    precision: self.precision,
+                    ..MixedPrecision::default()
+                },
+                mode: Mode::Sync,
+                dataset: self.dataset,
+                augment: self.augment,
+                image_size: self.image_size,
+            },
+            invocation: Invocation {
+                threads: self.threads,
+                data: self.data.to_path_buf(),
+                device: DeviceChoice::Cpu,
+                out: self.out.to_path_buf(),
+                checkpoint_every: 0,
+                stop_after_steps: Some(self.steps),
+                csv: false,
+                allreduce: Algorithm::Mpi,
+                consistency_every: 100,
+                slow: None,
+                keep_checkpoints: 1,
+                overwrite: true,
+                loader_threads: self.loader_threads,
+                save_model: None,
+            },
+        }
+    }
+}
 
 /// What `lsgd-host run` recorded over its timed steps: the means of a step.
 pub struct TimedSteps {

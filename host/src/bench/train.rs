@@ -18,15 +18,14 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use super::policies::native_twin;
-use super::{TimedSteps as Timed, timed_steps};
-use crate::collective::Algorithm;
+use super::{TimedJob, TimedSteps as Timed, timed_steps};
 use crate::model::{Arch, ModelSpec};
-use crate::optim::SgdConfig;
 use crate::plugin::{PolicyKind, Runtime};
 use crate::policy::{Bounds, PolicySet};
-use crate::precision::{MixedPrecision, Precision};
-use crate::train::config::Mode;
-use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
+use crate::precision::Precision;
+use crate::train::augment::Augment;
+use crate::train::data::DatasetKind;
+use crate::train::{self, Reporting, TrainConfig};
 
 /// The PyTorch script, embedded so the benchmark works from an installed binary.
 const PYTORCH_SCRIPT: &str = include_str!("../../bench/pytorch_train.py");
@@ -34,8 +33,14 @@ const PYTORCH_SCRIPT: &str = include_str!("../../bench/pytorch_train.py");
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct Setup {
-    /// Network (`cnn` or `mlp`: the script mirrors those two).
+    /// Network (`cnn`, `mlp` or `resnet`: the script mirrors those).
     pub model: Arch,
+    /// ResNet depth.
+    pub depth: u32,
+    /// The data set (IDX or CIFAR: the script reads those).
+    pub dataset: DatasetKind,
+    /// Training augmentation on both sides.
+    pub augment: Augment,
     /// Global batch.
     pub batch: u32,
     /// libtorch threads on both sides.
@@ -46,7 +51,7 @@ pub struct Setup {
     pub warmup: u64,
     /// Rounds of (WASM run, native run, PyTorch run); medians are reported.
     pub rounds: usize,
-    /// IDX directory.
+    /// The data set's directory.
     pub data: PathBuf,
     /// Python with torch importable.
     pub python: PathBuf,
@@ -136,57 +141,44 @@ fn load_policies(runtime: &Runtime, bounds: Bounds) -> Result<PolicySet> {
 /// The run both lsgd-host sides time: the bench's model and batch, one evaluation sample,
 /// stopped after the warm-up and timed steps.
 fn train_config(setup: &Setup, out: &std::path::Path, precision: Precision) -> TrainConfig {
-    TrainConfig {
-        run: RunConfig {
-            model: ModelSpec {
-                arch: setup.model,
-                depth: 20,
-                zero_init_residual: false,
-            },
-            sgd: SgdConfig::default(),
-            adamw: None,
-            epochs: 1000,
-            global_batch: setup.batch,
-            max_micro_batch: setup.batch,
-            base_lr: 0.1,
-            reference_batch: setup.batch,
-            max_batch: setup.batch,
-            seed: 0,
-            train_subset: None,
-            test_subset: Some(1),
-            bucket_mb: 25.0,
-            error_feedback: Default::default(),
-            local_clip_norm: None,
-            mixed_precision: MixedPrecision {
-                precision,
-                ..MixedPrecision::default()
-            },
-            mode: Mode::Sync,
+    TimedJob {
+        model: ModelSpec {
+            arch: setup.model,
+            depth: setup.depth,
+            zero_init_residual: false,
         },
-        invocation: Invocation {
-            threads: setup.threads,
-            data: setup.data.clone(),
-            device: DeviceChoice::Cpu,
-            out: out.to_path_buf(),
-            checkpoint_every: 0,
-            stop_after_steps: Some(setup.warmup + setup.steps),
-            csv: false,
-            allreduce: Algorithm::Mpi,
-            consistency_every: 100,
-            slow: None,
-            keep_checkpoints: 2,
-            overwrite: true,
-        },
+        dataset: setup.dataset,
+        data: &setup.data,
+        augment: setup.augment,
+        image_size: crate::train::config::default_image_size(),
+        loader_threads: crate::train::config::default_loader_threads(),
+        batch: setup.batch,
+        threads: setup.threads,
+        precision,
+        steps: setup.warmup + setup.steps,
+        out,
     }
+    .config()
 }
 
 /// Runs both sides and the policy comparison.
 pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
-    if !matches!(setup.model, Arch::Cnn | Arch::Mlp) {
+    if !matches!(setup.model, Arch::Cnn | Arch::Mlp | Arch::Resnet) {
         bail!(
-            "bench train compares `cnn` or `mlp`; the PyTorch script has no {}",
+            "bench train compares `cnn`, `mlp` or `resnet`; the PyTorch script has no {}",
             setup.model
         );
+    }
+    use DatasetKind::*;
+    if !matches!(setup.dataset, FashionMnist | Mnist | Cifar10 | Cifar100) {
+        bail!(
+            "bench train reads IDX and CIFAR files on the PyTorch side; --dataset {} is timed \
+             by `bench loader`",
+            setup.dataset
+        );
+    }
+    if setup.augment == Augment::Imagenet {
+        bail!("bench train augments with `cifar` or none; `imagenet` is timed by `bench loader`");
     }
     let out = std::env::temp_dir().join(format!("lsgd-bench-train-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
@@ -315,6 +307,9 @@ fn pytorch(setup: &Setup, precision: Precision) -> Result<(f64, String)> {
         .arg(&script)
         .args(["--data", &setup.data.display().to_string()])
         .args(["--model", &setup.model.to_string()])
+        .args(["--depth", &setup.depth.to_string()])
+        .args(["--dataset", &setup.dataset.to_string()])
+        .args(["--augment", &setup.augment.to_string()])
         .args(["--batch", &setup.batch.to_string()])
         .args(["--threads", &setup.threads.to_string()])
         .args(["--steps", &setup.steps.to_string()])
@@ -345,9 +340,16 @@ fn pytorch(setup: &Setup, precision: Precision) -> Result<(f64, String)> {
 pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "bench train: {} on {}, batch {}, {} thread(s), {} timed steps after {}, median of {} rounds",
+        "bench train: {}{} on {} ({}, augment {}), batch {}, {} thread(s), {} timed steps after {}, median of {} rounds",
         setup.model,
+        if setup.model == Arch::Resnet {
+            format!("-{}", setup.depth)
+        } else {
+            String::new()
+        },
+        setup.dataset,
         setup.data.display(),
+        setup.augment,
         setup.batch,
         setup.threads,
         setup.steps,

@@ -7,9 +7,11 @@ use clap::{Args, Subcommand};
 
 use super::args::LimitArgs;
 use super::trace::Format;
-use crate::bench::{allreduce, codecs, ddp, languages, policies, train};
+use crate::bench::{allreduce, codecs, ddp, languages, loader, policies, train};
 use crate::model::Arch;
 use crate::precision::Precision;
+use crate::train::augment::Augment;
+use crate::train::data::DatasetKind;
 
 /// Arguments of `bench`.
 #[derive(Args, Debug)]
@@ -37,9 +39,19 @@ enum BenchCommand {
     /// `lsgd-host run` vs the same job in PyTorch (samples/s ratio), and the policies' share
     /// of a step through the sandbox vs native.
     Train {
-        /// Network (the PyTorch script mirrors `cnn` and `mlp`).
+        /// Network (the PyTorch script mirrors `cnn`, `mlp` and `resnet`).
         #[arg(long, value_enum, default_value_t = Arch::Cnn)]
         model: Arch,
+        /// ResNet depth, 6n + 2 (with --model resnet).
+        #[arg(long, default_value_t = 20)]
+        depth: u32,
+        /// The data set: fashion-mnist, mnist, cifar10 or cifar100 (the PyTorch script reads
+        /// those).
+        #[arg(long, value_enum, default_value_t = DatasetKind::FashionMnist)]
+        dataset: DatasetKind,
+        /// Training augmentation on both sides: none or cifar.
+        #[arg(long, value_enum, default_value_t = Augment::None)]
+        augment: Augment,
         /// Global batch.
         #[arg(long, default_value_t = 256)]
         global_batch: u32,
@@ -55,9 +67,9 @@ enum BenchCommand {
         /// Rounds of (WASM run, native run, PyTorch run), alternated; medians are reported.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
-        /// IDX directory.
-        #[arg(long, default_value = crate::data::DEFAULT_DIR)]
-        data: PathBuf,
+        /// The data set's directory (default: Fashion-MNIST's).
+        #[arg(long, alias = "data", value_name = "DIR")]
+        data_dir: Option<PathBuf>,
         /// Python with torch importable (default: the project venv's).
         #[arg(long)]
         python: Option<PathBuf>,
@@ -69,6 +81,46 @@ enum BenchCommand {
         format: Option<Format>,
         #[command(flatten)]
         limits: LimitArgs,
+    },
+    /// Image decoding against training: the loader alone (images/s) and `lsgd-host run` on
+    /// the same image folder (samples/s); without --data-dir, on synthetic 500×375 JPEGs.
+    Loader {
+        /// An image folder (`train/CLASS/*.jpg` …); default: a synthetic one.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Synthetic images to write without --data-dir.
+        #[arg(long, default_value_t = 512)]
+        images: usize,
+        /// Side of the images made.
+        #[arg(long, default_value_t = 224, value_name = "PX")]
+        image_size: u32,
+        /// Training augmentation.
+        #[arg(long, value_enum, default_value_t = Augment::Imagenet)]
+        augment: Augment,
+        /// Decoding threads.
+        #[arg(long, default_value_t = 2, value_name = "N")]
+        loader_threads: usize,
+        /// Network trained.
+        #[arg(long, value_enum, default_value_t = Arch::Resnet)]
+        model: Arch,
+        /// ResNet depth.
+        #[arg(long, default_value_t = 20)]
+        depth: u32,
+        /// Global batch.
+        #[arg(long, default_value_t = 64)]
+        global_batch: u32,
+        /// libtorch threads of the training run (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Timed steps.
+        #[arg(long, default_value_t = 10)]
+        steps: u64,
+        /// Untimed steps first.
+        #[arg(long, default_value_t = 2)]
+        warmup_steps: u64,
+        /// `json` prints the measurements as JSON.
+        #[arg(long, value_enum)]
+        format: Option<Format>,
     },
     /// `mpirun -np N lsgd-host run` vs the same job in PyTorch DistributedDataParallel (gloo)
     /// under torchrun (samples/s ratio), and each side's communication time per step.
@@ -164,12 +216,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         } => bench_policies(plugins, rounds, format, &limits),
         BenchCommand::Train {
             model,
+            depth,
+            dataset,
+            augment,
             global_batch,
             threads,
             steps,
             warmup_steps,
             rounds,
-            data,
+            data_dir,
             python,
             precision,
             format,
@@ -177,18 +232,52 @@ pub fn run(args: BenchArgs) -> Result<()> {
         } => {
             let setup = train::Setup {
                 model,
+                depth,
+                dataset,
+                augment,
                 batch: global_batch,
                 threads: threads
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
                 steps,
                 warmup: warmup_steps,
                 rounds,
-                data,
+                data: super::run::data_dir(dataset, data_dir.as_deref())?,
                 python: python.unwrap_or_else(default_python),
                 precision,
             };
             let report = train::run(&setup, &limits.runtime()?)?;
             emit(format, &report, |out| train::print(&setup, &report, out))
+        }
+        BenchCommand::Loader {
+            data_dir,
+            images,
+            image_size,
+            augment,
+            loader_threads,
+            model,
+            depth,
+            global_batch,
+            threads,
+            steps,
+            warmup_steps,
+            format,
+        } => {
+            let setup = loader::Setup {
+                data: data_dir,
+                images,
+                image_size,
+                augment,
+                loader_threads,
+                batch: global_batch,
+                steps,
+                warmup: warmup_steps,
+                model,
+                depth,
+                threads: threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            };
+            let report = loader::run(&setup)?;
+            emit(format, &report, |out| loader::print(&setup, &report, out))
         }
         BenchCommand::Ddp {
             model,

@@ -11,7 +11,9 @@ use crate::model::{Arch, ModelSpec};
 use crate::optim::{AdamWConfig, OptimizerKind, SgdConfig, SgdForm};
 use crate::policy::OnFault;
 use crate::precision::{MixedPrecision, Precision};
+use crate::train::augment::Augment;
 use crate::train::config::{Mode, Slowdown};
+use crate::train::data::DatasetKind;
 use crate::train::exchange::ErrorFeedback;
 use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
 
@@ -132,9 +134,29 @@ pub struct RunArgs {
     /// libtorch intra-op threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Directory of MNIST-format IDX files, gzipped or not.
-    #[arg(long, default_value = crate::data::DEFAULT_DIR)]
-    data: PathBuf,
+    /// The data set: fashion-mnist (installed by the setup), mnist, cifar10, cifar100,
+    /// imagefolder, npz or safetensors (docs/data.md has each layout).
+    #[arg(long, value_enum, default_value_t = DatasetKind::FashionMnist)]
+    dataset: DatasetKind,
+    /// Where the data set is: its directory (the `.npz` / `.safetensors` file itself, or a
+    /// directory holding one); defaults to the Debian package's directory for fashion-mnist.
+    #[arg(long, alias = "data", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Training augmentation: `cifar` (random crop from a 4-pixel zero padding, horizontal
+    /// flip), `imagenet` (random-resized crop and flip; image folders) or none.
+    #[arg(long, value_enum, default_value_t = Augment::None)]
+    augment: Augment,
+    /// Side of the square images made from image files (--dataset imagefolder): the training
+    /// crop, and the centre crop after resizing to size·256/224 for evaluation.
+    #[arg(long, default_value_t = crate::train::config::default_image_size(), value_name = "PX")]
+    image_size: u32,
+    /// Threads decoding image files a step ahead of training (--dataset imagefolder).
+    #[arg(long, default_value_t = crate::train::config::default_loader_threads(), value_name = "N")]
+    loader_threads: usize,
+    /// At the end, write the trained weights here as safetensors, named as the model names
+    /// them (a TorchScript model is also saved whole, as FILE with the extension `.pt`).
+    #[arg(long, value_name = "FILE")]
+    save_model: Option<PathBuf>,
     /// Run directory: metrics.jsonl, checkpoints.
     #[arg(long, default_value = "out/run")]
     out: PathBuf,
@@ -213,14 +235,14 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    fn train_config(&self) -> TrainConfig {
-        TrainConfig {
+    fn train_config(&self) -> Result<TrainConfig> {
+        Ok(TrainConfig {
             run: self.run_config(),
             invocation: Invocation {
                 threads: self
                     .threads
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-                data: self.data.clone(),
+                data: data_dir(self.dataset, self.data_dir.as_deref())?,
                 device: self.device,
                 out: self.out.clone(),
                 checkpoint_every: self.checkpoint_every,
@@ -234,8 +256,10 @@ impl RunArgs {
                     .map(|(rank, ms)| Slowdown { rank, ms }),
                 keep_checkpoints: self.keep_checkpoints,
                 overwrite: self.overwrite,
+                loader_threads: self.loader_threads,
+                save_model: self.save_model.clone(),
             },
-        }
+        })
     }
 
     fn run_config(&self) -> RunConfig {
@@ -278,13 +302,29 @@ impl RunArgs {
                 loss_scale_growth_interval: self.loss_scale_growth_interval,
             },
             mode: self.mode,
+            dataset: self.dataset,
+            augment: self.augment,
+            image_size: self.image_size,
         }
+    }
+}
+
+/// `--data-dir`, or the default place of a data set that has one (Fashion-MNIST's Debian
+/// package); the others have no standard place, so the flag is required for them.
+pub fn data_dir(dataset: DatasetKind, given: Option<&std::path::Path>) -> Result<PathBuf> {
+    match (given, dataset) {
+        (Some(dir), _) => Ok(dir.to_path_buf()),
+        (None, DatasetKind::FashionMnist) => Ok(PathBuf::from(crate::data::DEFAULT_DIR)),
+        (None, other) => bail!(
+            "--dataset {other} needs --data-dir: the directory of its files (docs/data.md shows \
+             the layout)"
+        ),
     }
 }
 
 /// Runs `run`.
 pub fn run(args: RunArgs) -> Result<()> {
-    let config = args.train_config();
+    let config = args.train_config()?;
     let mut world = World::init()?;
     world.set_torus_shape(args.torus_shape)?;
     let runtime = args.limits.runtime()?;

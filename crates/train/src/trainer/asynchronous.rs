@@ -20,7 +20,7 @@
 //!   then collects the work in flight and tells every worker to stop, so no rank hangs.
 //!
 //! The messages are MPI point to point; between two ranks MPI keeps them in order. Server →
-//! worker: `TASK` (`[WORK or STOP, version, ε bits, samples]`), `INDICES`, `WEIGHTS` (every
+//! worker: `TASK` (`[WORK or STOP, version, ε bits, samples, stream position]`), `INDICES`, `WEIGHTS` (every
 //! model variable in name order, as f32). Worker → server: `RESULT` (`[version, samples, loss
 //! sum bits, micro-batches]`) and `GRADIENT` (the gradients in the optimizer's order, then the
 //! buffers in name order).
@@ -282,6 +282,7 @@ impl<'w> Trainer<'w> {
                 indices: Vec::new(),
                 micro: vec![computed.samples.div_ceil(computed.micro.max(1)); computed.micro],
                 global: computed.samples,
+                first: 0,
             },
             loss: computed.loss_sum / computed.samples.max(1) as f64,
             loss_scale: None,
@@ -309,9 +310,10 @@ impl<'w> Trainer<'w> {
     ) -> Result<Traffic> {
         let n = decision.global_batch as usize;
         let indices = self.order.take(*cursor, n);
+        let first = *cursor;
         *cursor += n as u64;
         let epsilon = u64::from(decision.label_smoothing.to_bits());
-        let task = [WORK, decision.state.step, epsilon, n as u64];
+        let task = [WORK, decision.state.step, epsilon, n as u64, first];
         let mut traffic = self.world.send(w, TASK, &task)?;
         traffic += self.world.send(w, INDICES, &indices)?;
         traffic += self.world.send(w, WEIGHTS, &flatten(&layout.variables)?)?;
@@ -344,7 +346,7 @@ impl<'w> Trainer<'w> {
                 let _: Vec<u64> = self.world.receive(w, RESULT)?;
                 let _: Vec<f32> = self.world.receive(w, GRADIENT)?;
             }
-            self.world.send(w, TASK, &[STOP, 0, 0, 0])?;
+            self.world.send(w, TASK, &[STOP, 0, 0, 0, 0])?;
         }
         Ok(())
     }
@@ -359,9 +361,9 @@ impl<'w> Trainer<'w> {
             // Polled, not blocked on: Open MPI's blocking receive spins on a core.
             self.world.wait_any(&[SERVER], TASK)?;
             let task: Vec<u64> = self.world.receive(SERVER, TASK)?;
-            let &[kind, version, epsilon, n] = task.as_slice() else {
+            let &[kind, version, epsilon, n, first] = task.as_slice() else {
                 return Err(Error::Config(format!(
-                    "--mode async: the server sent a task of {} words, not 4",
+                    "--mode async: the server sent a task of {} words, not 5",
                     task.len()
                 )));
             };
@@ -377,6 +379,7 @@ impl<'w> Trainer<'w> {
                 micro: micro_batches(indices.len(), max_micro),
                 global: n as usize,
                 indices,
+                first,
             };
             let (loss_sum, _) = self.forward_backward(&batch, f32::from_bits(epsilon as u32))?;
             let header = [
