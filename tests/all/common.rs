@@ -295,3 +295,19 @@ pub fn last_accuracy(out: &Path) -> f64 {
         .next_back()
         .expect("an evaluation after each epoch")
 }
+
+/// The project venv's Python (`$LSGD_VENV`, else the cache's `venv`): the test command
+/// installs torch and tensorboard into it.
+pub fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("LSGD_VENV").map_or_else(
+        || {
+            let cache = std::env::var_os("LSGD_CACHE_ROOT").map_or_else(
+                || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/lsgd-host"),
+                PathBuf::from,
+            );
+            cache.join("venv")
+        },
+        PathBuf::from,
+    );
+    venv.join("bin/python")
+}

@@ -19,17 +19,7 @@ type Scalars = BTreeMap<String, Vec<(i64, f32)>>;
 
 /// The venv's Python, which scripts/setup.sh gives the `tensorboard` package.
 fn python() -> PathBuf {
-    let venv = std::env::var_os("LSGD_VENV").map_or_else(
-        || {
-            let cache = std::env::var_os("LSGD_CACHE_ROOT").map_or_else(
-                || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/lsgd-host"),
-                PathBuf::from,
-            );
-            cache.join("venv")
-        },
-        PathBuf::from,
-    );
-    let python = venv.join("bin/python");
+    let python = venv_python();
     assert!(
         python.is_file(),
         "{} is missing: run scripts/setup.sh",

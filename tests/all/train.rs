@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use lsgd_host::collective::Algorithm;
 use lsgd_host::data::DEFAULT_DIR;
-use lsgd_host::model::{Arch, ModelSpec};
+use lsgd_host::model::{Arch, ModelSpec, Shortcut};
 use lsgd_host::optim::{AdamWConfig, SgdConfig, SgdForm};
 use lsgd_host::plugin::Plugin;
 use lsgd_host::policy::{Bounds, PolicySet};
@@ -29,6 +29,8 @@ pub(crate) fn config(
                 arch,
                 depth: 8,
                 zero_init_residual: arch == Arch::Resnet,
+                shortcut: Shortcut::A,
+                script: None,
             },
             sgd: SgdConfig::default(),
             adamw: None,

@@ -264,7 +264,7 @@ fn diff(now: &serde_json::Value, then: &serde_json::Value, out: &mut Vec<String>
 /// or names the setting differently).
 fn flag(field: &str) -> String {
     match field {
-        "arch" => "--model".into(),
+        "arch" | "script" => "--model".into(),
         "adamw" => "--optimizer".into(),
         "beta1" | "beta2" | "eps" => format!("--adam-{field}"),
         "form" => "--sgd-form".into(),
@@ -277,7 +277,7 @@ fn flag(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Arch;
+    use crate::model::{Arch, Shortcut};
 
     fn run() -> RunConfig {
         RunConfig {
@@ -285,6 +285,8 @@ mod tests {
                 arch: Arch::Cnn,
                 depth: 20,
                 zero_init_residual: false,
+                shortcut: Shortcut::A,
+                script: None,
             },
             sgd: SgdConfig::default(),
             adamw: None,

@@ -41,6 +41,7 @@ use crate::config::{Mode, TrainConfig};
 use crate::eval::{self, Evaluation};
 use crate::exchange::{Exchanged, GradientExchange, Local};
 use crate::metrics::{EvalRecord, MetricsWriter, Record, StepRecord};
+use crate::model::Model;
 use crate::optim::{self, LrScale, Optimizer, Param};
 use crate::order::{SampleOrder, micro_batches};
 use crate::precision::{Autocast, LossScaler};
@@ -99,7 +100,7 @@ pub struct Trainer<'w> {
     data: DataTensors,
     device: Device,
     vs: VarStore,
-    model: Box<dyn ModuleT>,
+    model: Model,
     opt: Box<dyn Optimizer>,
     gradients: GradientExchange,
     /// The kind the forward pass autocasts to (`None`: fp32).
@@ -140,6 +141,10 @@ impl<'w> Trainer<'w> {
         reporting: Reporting,
     ) -> Result<Self> {
         config.validate()?;
+        if let Some(path) = &config.invocation.save_model {
+            // Refused now rather than after the run: a --save-model the model cannot use.
+            crate::model::saved_files(&config.run.model, path)?;
+        }
         let plugins = plugin_records(&policies);
         same_plugins(world, &plugins)?;
         tune_malloc();
@@ -159,7 +164,7 @@ impl<'w> Trainer<'w> {
         };
         tch::manual_seed(run.seed as i64);
         let vs = VarStore::new(device);
-        let model = run.model.build(&vs.root(), data.image, data.classes);
+        let model = run.model.build(&vs.root(), data.image, data.classes)?;
         let opt = optim::build(&vs, run.sgd, run.adamw, run.error_feedback);
         let tensors = tensor_descriptions(&vs, opt.params());
         let gradients = gradient_exchange(config, opt.as_ref(), &mut policies)?;
@@ -542,7 +547,7 @@ impl<'w> Trainer<'w> {
             return Ok(());
         }
         self.epochs_evaluated = completed;
-        let e = eval::evaluate(self.model.as_ref(), &mut self.data, self.autocast)?;
+        let e = eval::evaluate(&self.model, &mut self.data, self.autocast)?;
         self.clock.set_metric(e.accuracy);
         self.metrics.write(&Record::Eval(EvalRecord {
             step: self.clock.step(),
@@ -605,6 +610,11 @@ impl<'w> Trainer<'w> {
             "stopped"
         };
         let checkpoint = self.save(reason)?;
+        if let (true, Some(path)) = (self.world.is_root(), &self.config.invocation.save_model) {
+            crate::model::save_model(&self.vs, &self.model, path)?;
+            self.progress
+                .line(&format!("model weights saved to {}", path.display()));
+        }
         self.progress.finish();
         let elapsed = self.started.elapsed().as_secs_f64();
         Ok(Summary {

@@ -13,7 +13,7 @@ use serde::Serialize;
 use tch::Device;
 
 use super::{TimedJob, timed_steps};
-use crate::model::{Arch, ModelSpec};
+use crate::model::{Arch, ModelSpec, Shortcut};
 use crate::policy::{Bounds, PolicySet};
 use crate::precision::Precision;
 use crate::train::augment::Augment;
@@ -125,6 +125,8 @@ fn train_config(setup: &Setup, data: &Path, out: &Path) -> TrainConfig {
             arch: setup.model,
             depth: setup.depth,
             zero_init_residual: false,
+            shortcut: Shortcut::A,
+            script: None,
         },
         dataset: DatasetKind::Imagefolder,
         data,

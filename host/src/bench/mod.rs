@@ -69,7 +69,7 @@ impl TimedJob<'_> {
     pub fn config(&self) -> TrainConfig {
         TrainConfig {
             run: RunConfig {
-                model: self.model,
+                model: self.model.clone(),
                 sgd: SgdConfig::default(),
                 adamw: None,
                 epochs: 1000,

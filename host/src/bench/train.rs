@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::policies::native_twin;
 use super::{TimedJob, TimedSteps as Timed, timed_steps};
-use crate::model::{Arch, ModelSpec};
+use crate::model::{Arch, ModelSpec, Shortcut};
 use crate::plugin::{PolicyKind, Runtime};
 use crate::policy::{Bounds, PolicySet};
 use crate::precision::Precision;
@@ -146,6 +146,8 @@ fn train_config(setup: &Setup, out: &std::path::Path, precision: Precision) -> T
             arch: setup.model,
             depth: setup.depth,
             zero_init_residual: false,
+            shortcut: Shortcut::A,
+            script: None,
         },
         dataset: setup.dataset,
         data: &setup.data,

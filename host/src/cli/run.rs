@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::args::{LimitArgs, PolicyArgs};
 use crate::collective::{Algorithm, World};
-use crate::model::{Arch, ModelSpec};
+use crate::model::{Arch, ModelSpec, ScriptFile, Shortcut};
 use crate::optim::{AdamWConfig, OptimizerKind, SgdConfig, SgdForm};
 use crate::policy::OnFault;
 use crate::precision::{MixedPrecision, Precision};
@@ -61,12 +61,17 @@ pub struct RunArgs {
     /// stops anyway.
     #[arg(long, default_value_t = 3, value_name = "N")]
     max_plugin_faults: u32,
-    /// Network to train.
-    #[arg(long, value_enum, default_value_t = Arch::Cnn)]
-    model: Arch,
-    /// ResNet depth, 6n + 2.
+    /// Network to train: mlp, cnn, resnet, or the path of a TorchScript file
+    /// (`torch.jit.script(model).save("model.pt")`; docs/data.md).
+    #[arg(long, default_value = "cnn", value_parser = parse_model, value_name = "NAME|FILE.pt")]
+    model: ModelArg,
+    /// ResNet depth, 6n + 2 (20, 32, 44, 56, 110 are He et al.'s CIFAR ResNets).
     #[arg(long, default_value_t = 20)]
     depth: u32,
+    /// ResNet shortcuts where the shape changes: `a`, identity with subsampling and zero
+    /// channels (He et al.'s CIFAR nets, no parameters), or `b`, 1×1 convolution + BatchNorm.
+    #[arg(long, value_enum, default_value_t = Shortcut::A)]
+    shortcut: Shortcut,
     /// Zero γ in the last BatchNorm of each residual block (Goyal et al. §5.1).
     #[arg(long)]
     zero_init_residual: bool,
@@ -237,7 +242,7 @@ pub struct RunArgs {
 impl RunArgs {
     fn train_config(&self) -> Result<TrainConfig> {
         Ok(TrainConfig {
-            run: self.run_config(),
+            run: self.run_config()?,
             invocation: Invocation {
                 threads: self
                     .threads
@@ -262,12 +267,18 @@ impl RunArgs {
         })
     }
 
-    fn run_config(&self) -> RunConfig {
-        RunConfig {
+    fn run_config(&self) -> Result<RunConfig> {
+        let (arch, script) = match &self.model {
+            ModelArg::Builtin(arch) => (*arch, None),
+            ModelArg::File(path) => (Arch::Script, Some(ScriptFile::new(path)?)),
+        };
+        Ok(RunConfig {
             model: ModelSpec {
-                arch: self.model,
+                arch,
                 depth: self.depth,
                 zero_init_residual: self.zero_init_residual,
+                shortcut: self.shortcut,
+                script,
             },
             sgd: SgdConfig {
                 momentum: self.momentum,
@@ -305,7 +316,34 @@ impl RunArgs {
             dataset: self.dataset,
             augment: self.augment,
             image_size: self.image_size,
+        })
+    }
+}
+
+/// `--model`: a built-in network, or a TorchScript file.
+#[derive(Debug, Clone)]
+enum ModelArg {
+    /// `mlp`, `cnn` or `resnet`.
+    Builtin(Arch),
+    /// The path of a `.pt` file.
+    File(PathBuf),
+}
+
+/// A built-in network's name, else anything that looks like a path (a `.pt`/`.pt2` name, a
+/// `/`, or an existing file): its checks (a `.pt2`, not TorchScript, no parameters) come
+/// when it is loaded, with the file named.
+fn parse_model(s: &str) -> Result<ModelArg, String> {
+    use clap::ValueEnum as _;
+    match Arch::from_str(s, true) {
+        Ok(Arch::Script) => Err("give the TorchScript file itself: --model FILE.pt".into()),
+        Ok(arch) => Ok(ModelArg::Builtin(arch)),
+        Err(_) if s.ends_with(".pt") || s.ends_with(".pt2") || s.contains('/') => {
+            Ok(ModelArg::File(PathBuf::from(s)))
         }
+        Err(_) if std::path::Path::new(s).is_file() => Ok(ModelArg::File(PathBuf::from(s))),
+        Err(_) => Err(format!(
+            "`{s}` is neither a model (mlp, cnn, resnet) nor a TorchScript file (FILE.pt)"
+        )),
     }
 }
 
