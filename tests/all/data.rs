@@ -318,7 +318,6 @@ fn bench_loader_reports_both_rates() {
 
 #[test]
 fn bench_train_compares_a_cifar_resnet_with_pytorch() {
-    let dir = cifar_dir("data-bench-cifar", 16, 4);
     let o = lsgd(&[
         "bench",
         "train",
@@ -328,8 +327,8 @@ fn bench_train_compares_a_cifar_resnet_with_pytorch() {
         "8",
         "--dataset",
         "cifar10",
-        "--data-dir",
-        dir.to_str().unwrap(),
+        "--synthetic",
+        "80",
         "--augment",
         "cifar",
         "--global-batch",

@@ -163,6 +163,49 @@ fn train_config(setup: &Setup, out: &std::path::Path, precision: Precision) -> T
     .config()
 }
 
+/// Writes `n` random training images (and 100 test images) in `dataset`'s record format into
+/// `dir`: CIFAR-10's five batches or CIFAR-100's `train.bin`, for timing without the download.
+pub fn synthetic_records(dataset: DatasetKind, n: usize, dir: &std::path::Path) -> Result<()> {
+    let (files, record): (Vec<(String, usize)>, usize) = match dataset {
+        DatasetKind::Cifar10 => {
+            let mut f: Vec<_> = (1..=5)
+                .map(|b| {
+                    (
+                        format!("data_batch_{b}.bin"),
+                        n / 5 + usize::from(b <= n % 5),
+                    )
+                })
+                .collect();
+            f.push(("test_batch.bin".into(), 100));
+            (f, 3073)
+        }
+        DatasetKind::Cifar100 => (
+            vec![("train.bin".into(), n), ("test.bin".into(), 100)],
+            3074,
+        ),
+        other => bail!("--synthetic writes cifar10 or cifar100 records, not {other}"),
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    for (name, count) in files {
+        let mut bytes = vec![0u8; count * record];
+        for (i, chunk) in bytes.chunks_exact_mut(record).enumerate() {
+            for b in chunk.iter_mut() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = (state >> 56) as u8;
+            }
+            // Labels in range: the fine label last before the pixels.
+            chunk[record - 3073] = (i % 10) as u8;
+            chunk[0] = (i % 10) as u8;
+        }
+        let path = dir.join(&name);
+        std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// Runs both sides and the policy comparison.
 pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
     if !matches!(setup.model, Arch::Cnn | Arch::Mlp | Arch::Resnet) {
