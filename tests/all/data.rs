@@ -350,3 +350,30 @@ fn bench_train_compares_a_cifar_resnet_with_pytorch() {
         assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {r}");
     }
 }
+
+#[test]
+fn studies_take_the_data_sets_they_have_a_preset_for() {
+    let out = scratch("data-study");
+    let o = lsgd(&[
+        "study",
+        "goyal",
+        "--quick",
+        "--dataset",
+        "npz",
+        "--data-dir",
+        "x.npz",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&o).contains("presets for fashion-mnist, mnist, cifar10 and cifar100"),
+        "{}",
+        stderr(&o)
+    );
+    let o = lsgd(&["study", "goyal", "--quick", "--dataset", "cifar10"]);
+    assert!(
+        stderr(&o).contains("--dataset cifar10 needs --data-dir"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use crate::study::{self, Name, Settings};
+use crate::study::{self, Name, Recipe, Settings};
+use crate::train::data::DatasetKind;
 
 /// Arguments of `study`.
 #[derive(Args, Debug)]
@@ -35,9 +36,14 @@ pub struct StudyArgs {
     /// The mpirun to start ranks with.
     #[arg(long, default_value = "mpirun", value_name = "PATH")]
     mpirun: PathBuf,
-    /// Directory of Fashion-MNIST's IDX files.
-    #[arg(long, default_value = crate::data::DEFAULT_DIR)]
-    data: PathBuf,
+    /// The data set: fashion-mnist (the `cnn` the plans were tuned for), mnist, or cifar10 /
+    /// cifar100 (He et al.'s ResNet-20 with CIFAR augmentation, LR 0.1 per 128 samples,
+    /// momentum 0.9, weight decay 10⁻⁴).
+    #[arg(long, value_enum, default_value_t = DatasetKind::FashionMnist)]
+    dataset: DatasetKind,
+    /// The data set's directory (default: Fashion-MNIST's).
+    #[arg(long, alias = "data", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 /// Runs `study`.
@@ -59,7 +65,8 @@ pub fn run(args: StudyArgs) -> Result<()> {
         parallel: args.jobs.unwrap_or((cores / args.threads).max(1)),
         ranks: args.ranks,
         mpirun: args.mpirun,
-        data: args.data,
+        recipe: Recipe::new(args.dataset)?,
+        data: super::run::data_dir(args.dataset, args.data_dir.as_deref())?,
         command: std::iter::once("lsgd-host".to_string())
             .chain(std::env::args().skip(1))
             .collect::<Vec<_>>()

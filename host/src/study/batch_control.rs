@@ -9,12 +9,14 @@ use std::fmt::Write as _;
 use anyhow::Result;
 
 use super::report::{self, Table};
-use super::{Job, Outcome, Settings, Subset, jobs, strings};
+use super::{Job, Outcome, Recipe, Settings, Subset, jobs, strings, upper_first};
 use crate::plot::{self, Panel};
 
 /// The study's shape.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The data set and model.
+    pub recipe: Recipe,
     /// Data and epochs.
     pub subset: Subset,
     /// Global batch at step 0 (the ramp's start, the decay's throughout).
@@ -58,6 +60,7 @@ impl Plan {
     /// The full study or its quick variant.
     pub fn new(quick: bool) -> Plan {
         Plan {
+            recipe: Recipe::default(),
             subset: Subset::of_cnn_studies(quick),
             batch: 128,
             worker_batch: 32,
@@ -99,9 +102,19 @@ impl Plan {
         }
     }
 
+    /// The plan on `recipe`'s data and model, at its LR per sample.
+    pub fn with_recipe(self, recipe: Recipe) -> Plan {
+        Plan {
+            lr: self.lr * recipe.lr_factor(),
+            recipe,
+            ..self
+        }
+    }
+
     /// The job of one variant, with or without label smoothing, one seed.
     pub fn job(&self, v: Variant, smoothing: bool, seed: u64) -> Job {
-        let mut args = strings(&["--model", "cnn", "--schedule", "warmup"]);
+        let mut args = self.recipe.model_args();
+        args.extend(strings(&["--schedule", "warmup"]));
         args.extend(self.subset.args());
         let batch = if v == Variant::DoubleBatchDecay {
             2 * self.batch
@@ -172,7 +185,7 @@ impl Plan {
 
 /// Runs the study and returns its report.
 pub fn run(settings: &Settings) -> Result<String> {
-    let plan = Plan::new(settings.quick);
+    let plan = Plan::new(settings.quick).with_recipe(settings.recipe);
     let outcomes = jobs::run_all(settings, &plan.jobs(&settings.seeds))?;
     let find = |v: Variant, smoothing: bool| {
         jobs::of_seeds(&outcomes, &settings.seeds, |s| plan.job(v, smoothing, s).id)
@@ -180,19 +193,24 @@ pub fn run(settings: &Settings) -> Result<String> {
     let all: Vec<&Outcome> = outcomes.iter().collect();
     let mut md = report::header(
         settings,
-        "Batch-size control (Mikami et al. 2018, Smith et al. 2018) on Fashion-MNIST",
+        &format!(
+            "Batch-size control (Mikami et al. 2018, Smith et al. 2018) on {}",
+            settings.recipe.data_name()
+        ),
         &all,
     );
     let s = &plan.subset;
     let _ = writeln!(
         md,
-        "## Set-up\n\nThe `cnn` on the first {} Fashion-MNIST training images for {} epochs, \
+        "## Set-up\n\n{} on the first {} {} training images for {} epochs, \
          tested on the first {} test images; SGD, momentum 0.9, weight decay 10⁻⁴, BatchNorm \
          over {} samples per worker. Smith et al.'s argument: the noise of SGD scales as \
          η·N/(B·(1−m)), so ×{f} on the batch does what ÷{f} on the LR does. The ramp is the \
          `batch-ramp` plugin with the `warmup` schedule at `scaling=none` (the LR does not \
          follow the batch); label smoothing is the `label-smoothing` plugin at ε = {}.\n",
+        upper_first(plan.recipe.model_text()),
         s.train,
+        plan.recipe.data_name(),
         s.epochs,
         s.test,
         plan.worker_batch,
@@ -278,7 +296,10 @@ fn curves(settings: &Settings, plan: &Plan, outcomes: &[Outcome]) -> Result<Stri
                 series(&|o| o.steps().map(|s| (s.epoch, s.lr)).collect()),
             ),
         ],
-        &format!("Batch ramp vs LR decay on Fashion-MNIST, no label smoothing, seed {seed}"),
+        &format!(
+            "Batch ramp vs LR decay on {}, no label smoothing, seed {seed}",
+            settings.recipe.data_name()
+        ),
         "epoch",
         &settings.out.join("curves.png"),
     )?;

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use anyhow::Result;
 
 use super::report::{self, Table};
-use super::{Job, Outcome, Settings, Subset, jobs, strings};
+use super::{Job, Outcome, Recipe, Settings, Subset, jobs, strings};
 use crate::plot::{self, Panel, Series};
 
 /// The codecs of the full study: every reference codec plugin but `codec-identity` (the
@@ -32,6 +32,8 @@ pub const CODECS: [&str; 13] = [
 /// The study's shape.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The data set and model.
+    pub recipe: Recipe,
     /// Data and epochs.
     pub subset: Subset,
     /// Global batch.
@@ -61,6 +63,7 @@ impl Plan {
             (subset, CODECS.to_vec())
         };
         Plan {
+            recipe: Recipe::default(),
             subset,
             batch: 256,
             codecs,
@@ -70,11 +73,16 @@ impl Plan {
 
     /// The job of one codec (`None`: uncompressed) with or without error feedback, one seed.
     pub fn job(&self, codec: Option<&str>, feedback: bool, seed: u64, ranks: u32) -> Job {
-        let mut args = strings(&["--model", "cnn", "--schedule", "warmup"]);
+        let mut args = self.recipe.model_args();
+        args.extend(strings(&["--schedule", "warmup"]));
         args.extend(self.subset.args());
         args.extend([
             "--global-batch".into(),
             self.batch.to_string(),
+            // Goyal's 0.1 per 256 samples, times the recipe's factor (`run`'s default LR and
+            // reference batch for the cnn).
+            "--base-lr".into(),
+            (0.1 * self.recipe.lr_factor()).to_string(),
             "--seed".into(),
             seed.to_string(),
             "--set".into(),
@@ -149,7 +157,10 @@ impl Wire {
 
 /// Runs the study and returns its report.
 pub fn run(settings: &Settings) -> Result<String> {
-    let plan = Plan::new(settings.quick);
+    let plan = Plan {
+        recipe: settings.recipe,
+        ..Plan::new(settings.quick)
+    };
     let ranks = settings.ranks;
     anyhow::ensure!(
         ranks >= 2,
@@ -164,15 +175,18 @@ pub fn run(settings: &Settings) -> Result<String> {
     let all: Vec<&Outcome> = outcomes.iter().collect();
     let mut md = report::header(
         settings,
-        "Gradient compression on Fashion-MNIST: accuracy against bytes on the wire",
+        &format!(
+            "Gradient compression on {}: accuracy against bytes on the wire",
+            settings.recipe.data_name()
+        ),
         &all,
     );
     let s = &plan.subset;
     let _ = writeln!(
         md,
-        "## Set-up\n\n{ranks} ranks under `mpirun` on this machine (shared memory), the `cnn` \
-         on the first {} Fashion-MNIST training images for {} epochs at global batch {} \
-         (Goyal's LR 0.1 per 256, warmup over {} epoch, no decay), tested on the first {} test \
+        "## Set-up\n\n{ranks} ranks under `mpirun` on this machine (shared memory), {} \
+         on the first {} {} training images for {} epochs at global batch {} \
+         (LR {} per 256, warmup over {} epoch, no decay), tested on the first {} test \
          images. Every codec runs with its default parameters (`lsgd-host inspect CODEC` lists \
          them) but `dgc`, whose warm-up stages are shortened to 12 steps so that it reaches \
          its 99.9% sparsity halfway through the run, once without error feedback and once \
@@ -183,7 +197,14 @@ pub fn run(settings: &Settings) -> Result<String> {
          quantized payload is all-gathered, so a rank sends it to each peer); collective time \
          is the time inside MPI calls, waiting for the slower rank included; step time is the \
          whole step.\n",
-        s.train, s.epochs, plan.batch, plan.warmup_epochs, s.test,
+        plan.recipe.model_text(),
+        s.train,
+        plan.recipe.data_name(),
+        s.epochs,
+        plan.batch,
+        0.1 * plan.recipe.lr_factor(),
+        plan.warmup_epochs,
+        s.test,
     );
     md += "## Results\n\nFinal top-1 test accuracy in %, mean over the seeds and (in brackets) \
            their range.\n\n";

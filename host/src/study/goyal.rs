@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use anyhow::Result;
 
 use super::report::{self, Table};
-use super::{Job, Outcome, Settings, Subset, jobs, strings};
+use super::{Job, Outcome, Recipe, Settings, Subset, jobs, strings, upper_first};
 use crate::plot::{self, Panel, Series};
 
 /// ImageNet-1k's training images, for the batch with the same steps per epoch.
@@ -34,6 +34,8 @@ pub struct Plan {
     pub warmup_epochs: f64,
     /// Epochs at which the LR is multiplied by 0.1.
     pub milestones: &'static str,
+    /// The data set and model.
+    pub recipe: Recipe,
     /// Smallest k = B / reference at which the three warmups are all run (below it only
     /// gradual: with k near 1 they hardly differ).
     pub all_warmups_from_k: u32,
@@ -52,6 +54,7 @@ impl Plan {
             warmup_epochs: 1.0,
             milestones: "3,5",
             all_warmups_from_k: 8,
+            recipe: Recipe::default(),
             curve_batch: 1024,
         };
         if !quick {
@@ -63,6 +66,15 @@ impl Plan {
             milestones: "1.5",
             curve_batch: 512,
             ..full
+        }
+    }
+
+    /// The plan on `recipe`'s data and model, at its LR per sample.
+    pub fn with_recipe(self, recipe: Recipe) -> Plan {
+        Plan {
+            base_lr: self.base_lr * recipe.lr_factor(),
+            recipe,
+            ..self
         }
     }
 
@@ -99,7 +111,8 @@ impl Plan {
 
     /// The job of one batch, warmup and seed.
     pub fn job(&self, batch: u32, warmup: &str, seed: u64) -> Job {
-        let mut args = strings(&["--model", "cnn", "--schedule", "warmup"]);
+        let mut args = self.recipe.model_args();
+        args.extend(strings(&["--schedule", "warmup"]));
         args.extend(self.subset.args());
         args.extend([
             "--global-batch".into(),
@@ -138,7 +151,7 @@ impl Plan {
 
 /// Runs the study and returns its report.
 pub fn run(settings: &Settings) -> Result<String> {
-    let plan = Plan::new(settings.quick);
+    let plan = Plan::new(settings.quick).with_recipe(settings.recipe);
     let outcomes = jobs::run_all(settings, &plan.jobs(&settings.seeds))?;
     let find = |batch: u32, warmup: &str| {
         jobs::of_seeds(&outcomes, &settings.seeds, |s| {
@@ -148,7 +161,10 @@ pub fn run(settings: &Settings) -> Result<String> {
     let all: Vec<&Outcome> = outcomes.iter().collect();
     let mut md = report::header(
         settings,
-        "Goyal et al. 2017 on Fashion-MNIST: linear scaling and warmup across global batches",
+        &format!(
+            "Goyal et al. 2017 on {}: linear scaling and warmup across global batches",
+            settings.recipe.data_name()
+        ),
         &all,
     );
     md += &setup(&plan);
@@ -200,7 +216,10 @@ fn error_vs_batch<'a>(
     report::draw_error_vs_batch(
         settings,
         "error-vs-batch.png",
-        "Goyal et al. Figure 1 on Fashion-MNIST: error vs global batch",
+        &format!(
+            "Goyal et al. Figure 1 on {}: error vs global batch",
+            settings.recipe.data_name()
+        ),
         series,
     )?;
     md += "![test error against the global batch](error-vs-batch.png)\n\n";
@@ -253,13 +272,15 @@ fn setup(plan: &Plan) -> String {
     let mut md = String::from("## Set-up\n\n");
     let _ = writeln!(
         md,
-        "The `cnn` (two conv–BN–ReLU–pool stages, two-layer head) on the first {} Fashion-MNIST \
+        "{} on the first {} {} \
          training images for {} epochs, tested on the first {} test images. SGD with momentum \
          0.9 and weight decay 10⁻⁴ (Goyal's), LR {} at the reference batch {} scaled linearly \
          (η = {}·B/{}), warmup over {} epoch(s) by the `warmup` plugin, then ×0.1 at epochs {}. \
          BatchNorm statistics over n = {} samples per worker at every batch: each {}-sample \
          micro-batch is one worker, so batch B is k = B/{} workers, as in Goyal et al. (n = 32).\n",
+        upper_first(plan.recipe.model_text()),
         s.train,
+        plan.recipe.data_name(),
         s.epochs,
         s.test,
         plan.base_lr,
@@ -332,7 +353,10 @@ fn draw_curves(
     ];
     plot::draw(
         &panels,
-        &format!("Goyal et al. Figure 2 on Fashion-MNIST: warmups at batch {batch}, seed {seed}"),
+        &format!(
+            "Goyal et al. Figure 2 on {}: warmups at batch {batch}, seed {seed}",
+            settings.recipe.data_name()
+        ),
         "epoch",
         &settings.out.join("curves.png"),
     )

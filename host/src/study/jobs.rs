@@ -24,7 +24,8 @@ const MARKER: &str = "study-job.json";
 pub struct Job {
     /// Directory name under `jobs/`, unique in the study.
     pub id: String,
-    /// `run` flags (the study adds `--out`, `--threads`, `--device`, `--data` and `--quiet`).
+    /// `run` flags (the study adds `--out`, `--threads`, `--device`, `--dataset`, `--data-dir`
+    /// and `--quiet`).
     pub args: Vec<String>,
     /// Ranks: 1 runs the binary directly, more start it under `mpirun`.
     pub ranks: u32,
@@ -284,7 +285,9 @@ fn train(settings: &Settings, job: &Job, dir: &Path) -> Result<(Status, f64)> {
         .arg(dir)
         .args(["--quiet", "--device", "cpu", "--threads"])
         .arg(settings.threads.to_string())
-        .arg("--data")
+        .arg("--dataset")
+        .arg(settings.recipe.dataset.to_string())
+        .arg("--data-dir")
         .arg(&settings.data)
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)

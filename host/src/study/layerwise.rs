@@ -9,7 +9,7 @@ use anyhow::Result;
 
 use super::goyal;
 use super::report::{self, Table};
-use super::{Job, Outcome, Settings, jobs, strings};
+use super::{Job, Outcome, Recipe, Settings, jobs, strings};
 use crate::plot::Series;
 
 /// An update rule of the study.
@@ -70,6 +70,15 @@ impl Plan {
         }
     }
 
+    /// The plan on `recipe`'s data and model (SGD's and LARS' LR follow it; LAMB's is
+    /// AdamW's and stays).
+    pub fn with_recipe(self, recipe: Recipe) -> Plan {
+        Plan {
+            goyal: self.goyal.with_recipe(recipe),
+            ..self
+        }
+    }
+
     /// The job of one rule at one batch, one seed.
     pub fn job(&self, rule: Rule, batch: u32, seed: u64) -> Job {
         let mut job = self.goyal.job(batch, "gradual", seed);
@@ -120,7 +129,7 @@ impl Plan {
 
 /// Runs the study and returns its report.
 pub fn run(settings: &Settings) -> Result<String> {
-    let plan = Plan::new(settings.quick);
+    let plan = Plan::new(settings.quick).with_recipe(settings.recipe);
     let outcomes = jobs::run_all(settings, &plan.jobs(&settings.seeds))?;
     let find = |rule: Rule, batch: u32| {
         jobs::of_seeds(&outcomes, &settings.seeds, |s| plan.job(rule, batch, s).id)
@@ -128,19 +137,23 @@ pub fn run(settings: &Settings) -> Result<String> {
     let all: Vec<&Outcome> = outcomes.iter().collect();
     let mut md = report::header(
         settings,
-        "Layer-wise rates past the breakdown: SGD, LARS and LAMB on Fashion-MNIST",
+        &format!(
+            "Layer-wise rates past the breakdown: SGD, LARS and LAMB on {}",
+            settings.recipe.data_name()
+        ),
         &all,
     );
     let g = &plan.goyal;
     let _ = writeln!(
         md,
-        "## Set-up\n\nThe goyal study's runs (`cnn`, first {} training images, {} epochs, \
+        "## Set-up\n\nThe goyal study's runs ({}, first {} training images, {} epochs, \
          first {} test images, BN over {} samples per worker, warmup over {} epoch(s), ×0.1 at \
          epochs {}), at global batches {} where plain SGD's error rises there. SGD and LARS \
          take LR {} per {} samples scaled linearly; LAMB takes {} per {} scaled by the square \
          root of the batch ratio (You et al. 2019). LARS multiplies each layer's LR by \
          0.01·‖w‖/(‖g‖ + λ‖w‖) and LAMB by ‖w‖/‖AdamW update‖, biases and BatchNorm \
          parameters excluded. The reference row is SGD at batch {}.\n",
+        g.recipe.model_text(),
         g.subset.train,
         g.subset.epochs,
         g.subset.test,

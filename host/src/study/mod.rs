@@ -22,9 +22,74 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 pub use jobs::{Job, Outcome};
+
+use crate::train::data::DatasetKind;
+
+/// What a study trains on and with: Fashion-MNIST (or MNIST) with the `cnn`, the recipe the
+/// plans were tuned for, or CIFAR-10/100 with He et al.'s ResNet-20 and CIFAR augmentation,
+/// at the preset's LR 0.1 per 128 samples (twice the plans' SGD LR per sample), momentum 0.9,
+/// weight decay 10⁻⁴ (both `run`'s defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Recipe {
+    /// The data set.
+    pub dataset: DatasetKind,
+}
+
+impl Recipe {
+    /// The recipe of `dataset`; the studies take the data sets with a preset.
+    pub fn new(dataset: DatasetKind) -> Result<Recipe> {
+        use DatasetKind::*;
+        if !matches!(dataset, FashionMnist | Mnist | Cifar10 | Cifar100) {
+            bail!(
+                "the studies have presets for fashion-mnist, mnist, cifar10 and cifar100, not \
+                 --dataset {dataset}"
+            );
+        }
+        Ok(Recipe { dataset })
+    }
+
+    /// Whether it is the CIFAR preset.
+    pub fn cifar(&self) -> bool {
+        matches!(self.dataset, DatasetKind::Cifar10 | DatasetKind::Cifar100)
+    }
+
+    /// The data set's name in reports.
+    pub fn data_name(&self) -> &'static str {
+        match self.dataset {
+            DatasetKind::Mnist => "MNIST",
+            DatasetKind::Cifar10 => "CIFAR-10",
+            DatasetKind::Cifar100 => "CIFAR-100",
+            _ => "Fashion-MNIST",
+        }
+    }
+
+    /// The model in reports.
+    pub fn model_text(&self) -> &'static str {
+        if self.cifar() {
+            "ResNet-20 (He et al.'s CIFAR net, option A shortcuts; CIFAR augmentation)"
+        } else {
+            "the `cnn` (two conv–BN–ReLU–pool stages, two-layer head)"
+        }
+    }
+
+    /// The `run` flags of the model (and its augmentation).
+    pub fn model_args(&self) -> Vec<String> {
+        if self.cifar() {
+            strings(&["--model", "resnet", "--depth", "20", "--augment", "cifar"])
+        } else {
+            strings(&["--model", "cnn"])
+        }
+    }
+
+    /// SGD's LR per sample against the plans' (Goyal's 0.1 per 256): 2 for the CIFAR preset's
+    /// 0.1 per 128.
+    pub fn lr_factor(&self) -> f64 {
+        if self.cifar() { 2.0 } else { 1.0 }
+    }
+}
 
 /// The studies.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +134,9 @@ pub struct Settings {
     pub ranks: u32,
     /// The `mpirun` to start ranks with.
     pub mpirun: PathBuf,
-    /// Fashion-MNIST's IDX files.
+    /// What the jobs train on and with.
+    pub recipe: Recipe,
+    /// The data set's directory.
     pub data: PathBuf,
     /// The command line, quoted in the report.
     pub command: String,
@@ -147,6 +214,15 @@ impl Subset {
     }
 }
 
+/// `text` with its first letter upper-case, to open a sentence.
+pub fn upper_first(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
 /// Owned copies of string literals, for building argument lists.
 pub fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
@@ -210,5 +286,49 @@ mod tests {
         let last_lr = args.iter().rposition(|a| a == "--base-lr").unwrap();
         assert_eq!(args[last_lr + 1], "0.00177");
         assert!(args.join(" ").contains("--optimizer adamw"));
+    }
+
+    #[test]
+    fn the_cifar_preset_trains_resnet_20_at_twice_the_lr_per_sample() {
+        let cifar = Recipe::new(DatasetKind::Cifar10).unwrap();
+        let value = |args: &[String], flag: &str| {
+            let i = args.iter().rposition(|a| a == flag).unwrap();
+            args[i + 1].clone()
+        };
+        let g = goyal::Plan::new(false).with_recipe(cifar);
+        let job = g.job(128, "gradual", 1).args;
+        assert!(
+            job.join(" ")
+                .starts_with("--model resnet --depth 20 --augment cifar --schedule warmup"),
+            "{job:?}"
+        );
+        // 0.1 per 128 samples: 0.025 at the reference batch 32.
+        assert_eq!(value(&job, "--base-lr"), "0.025");
+        assert_eq!(value(&job, "--reference-batch"), "32");
+        let c = compression::Plan {
+            recipe: cifar,
+            ..compression::Plan::new(true)
+        };
+        assert_eq!(value(&c.job(None, false, 1, 2).args, "--base-lr"), "0.2");
+        // LAMB's LR is AdamW's and does not follow SGD's.
+        let l = layerwise::Plan::new(false).with_recipe(cifar);
+        assert_eq!(
+            value(&l.job(layerwise::Rule::Lamb, 1024, 1).args, "--base-lr"),
+            "0.00177"
+        );
+        let b = batch_control::Plan::new(false).with_recipe(cifar);
+        let decay = b.job(batch_control::Variant::Decay, false, 1).args;
+        // The plan's 0.05 at batch 128, doubled.
+        assert_eq!(value(&decay, "--base-lr"), "0.1");
+        // The default recipe keeps every job as it was.
+        let fashion = goyal::Plan::new(false);
+        assert!(
+            fashion
+                .job(128, "gradual", 1)
+                .args
+                .join(" ")
+                .starts_with("--model cnn --schedule warmup")
+        );
+        assert!(Recipe::new(DatasetKind::Npz).is_err());
     }
 }
