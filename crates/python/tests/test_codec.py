@@ -266,6 +266,7 @@ def test_a_codec_fault_raises_plugin_fault_and_leaves_the_state_before_the_step(
 TWO_RANKS = textwrap.dedent(
     """
     import gc
+    import os
     import sys
     import torch, torch.distributed as dist, torch.nn as nn
     import lsgd_torch
@@ -322,6 +323,12 @@ TWO_RANKS = textwrap.dedent(
         except PluginFault as f:
             print(f"PluginFault {f.call} step {f.step} iter {state.iter}: "
                   + str(f).splitlines()[0], file=report)
+            # After a fault DDP's reducer still holds the step's unfinished bucket futures;
+            # tearing the process group down under them may abort in gloo's C++ destructors
+            # ("terminate called without an active exception", one run in three here). What
+            # this test checks is the report and that nothing hangs, so the rank ends at once.
+            report.close()
+            os._exit(0)
     dist.destroy_process_group()
     """
 )
