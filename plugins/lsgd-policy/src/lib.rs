@@ -1,4 +1,4 @@
-//! The `lsgd:policy` contract (0.1 to 0.3) as plain Rust, plus the reference policies.
+//! The `lsgd:policy` contract (0.1 to 0.4) as plain Rust, plus the reference policies.
 //!
 //! The same code runs in two places: natively inside `lsgd-host` (its own train-state and
 //! parameter types, and the native side of the native-vs-wasm benchmark) and compiled to
@@ -18,6 +18,10 @@
 //! `export_layer_rate!`) and policies that keep state between calls ([`Stateful`], exported with
 //! `export_stateful_schedule!` and its siblings for the other kinds), whose snapshot the host
 //! checkpoints.
+//!
+//! Contract 0.4 adds the schedule's `momentum` ([`Schedule::momentum`], `None` unless a policy
+//! drives it); a crate that generated a 0.4 world exports it with `export_schedule!(T, momentum)`
+//! or `export_stateful_schedule!(T, momentum)`.
 
 #![warn(missing_docs)]
 
@@ -235,6 +239,12 @@ pub trait Policy: Sized {
 pub trait Schedule: Policy {
     /// The learning rate for `s.step`: finite and >= 0 for sane inputs.
     fn learning_rate(&self, s: &State) -> f64;
+
+    /// The momentum (SGD's coefficient, AdamW's beta1) for `s.step`, in [0, 1); `None` keeps the
+    /// configured one. Contract 0.4 only: the host asks right after `learning_rate`, same state.
+    fn momentum(&self, _s: &State) -> Option<f64> {
+        None
+    }
 }
 
 /// A batch-size controller (WIT interface `batch-size`).
@@ -253,7 +263,8 @@ pub trait LabelSmoothing: Policy {
 /// ReduceLROnPlateau's best value and counters.
 pub trait Stateful: Policy {
     /// Advances the state with what `s` shows; the export macro calls it right before the kind's
-    /// policy function, on every call, so it must be idempotent for repeated calls at one step.
+    /// policy function (for a 0.4 schedule: `learning_rate`, not `momentum`), on every call, so
+    /// it must be idempotent for repeated calls at one step.
     fn observe(&mut self, s: &State);
 
     /// The state, in a form only [`Stateful::restore`] of the same policy reads.
