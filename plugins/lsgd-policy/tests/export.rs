@@ -340,6 +340,58 @@ mod warmup_v0_1 {
     }
 }
 
+mod one_cycle_v0_4 {
+    wit_bindgen::generate!({
+        path: "../../wit/v0.4.0",
+        world: "schedule-plugin",
+        export_prefix: "one_cycle",
+    });
+    lsgd_policy::export_schedule!(lsgd_policy::one_cycle::OneCycle, momentum);
+
+    use exports::lsgd::policy::{plugin::Guest as _, schedule::Guest as _};
+    use lsgd::policy::types::{Param, ParamValue};
+    use lsgd_policy::{Params, State, Value};
+
+    #[test]
+    fn exports_learning_rate_and_momentum_as_the_native_twins() {
+        assert_eq!(__LsgdExport::describe().name, "one-cycle");
+        __LsgdExport::configure(vec![
+            Param {
+                name: "three_phase".into(),
+                value: ParamValue::Boolean(true),
+            },
+            Param {
+                name: "total_steps".into(),
+                value: ParamValue::Integer(40),
+            },
+        ])
+        .unwrap();
+        let given = Params(vec![
+            ("three_phase".into(), Value::Boolean(true)),
+            ("total_steps".into(), Value::Integer(40)),
+        ]);
+        let mut lr = lsgd_policy::native("one-cycle", &given).unwrap().unwrap();
+        let mut momentum = lsgd_policy::native_momentum("one-cycle", &given)
+            .unwrap()
+            .unwrap();
+        for step in 0..45 {
+            let s = State {
+                total_steps: 50,
+                ..super::at(step, 0, None)
+            };
+            let wit = lsgd_policy::copy_train_state!(s => lsgd::policy::types::TrainState);
+            assert_eq!(
+                __LsgdExport::learning_rate(wit).to_bits(),
+                lr(&s).to_bits(),
+                "step {step}"
+            );
+            let m = __LsgdExport::momentum(wit);
+            assert_eq!(m.map(f64::to_bits), momentum(&s).map(f64::to_bits));
+            assert!(m.is_some_and(|m| (0.85..=0.95).contains(&m)), "step {step}");
+        }
+    }
+}
+
 mod stateful_v0_4 {
     wit_bindgen::generate!({
         path: "../../wit/v0.4.0",
