@@ -216,7 +216,9 @@ impl PolicyArgs {
             let later = later
                 .iter()
                 .zip(parts.into_iter().skip(1))
-                .map(|(path, mine)| runtime.load_configured(path, Some(PolicyKind::Schedule), &mine))
+                .map(|(path, mine)| {
+                    runtime.load_configured(path, Some(PolicyKind::Schedule), &mine)
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             set.compose(later, composition)?;
         }
@@ -232,9 +234,9 @@ impl PolicyArgs {
                 let (path, step) = spec.rsplit_once('@').with_context(|| {
                     format!("--then {spec}: expected PLUGIN@STEP, e.g. cosine-annealing@30")
                 })?;
-                let step: u64 = step.parse().with_context(|| {
-                    format!("--then {spec}: `{step}` is not a step number")
-                })?;
+                let step: u64 = step
+                    .parse()
+                    .with_context(|| format!("--then {spec}: `{step}` is not a step number"))?;
                 milestones.push(step);
                 paths.push(path.to_string());
             }
@@ -249,7 +251,10 @@ impl PolicyArgs {
 
 /// Splits the `--set schedule.…` settings by part: `KEY=VALUE` is part 0's, `N.KEY=VALUE`
 /// part N's, for a schedule of `later` parts after the first.
-fn schedule_parts(settings: &[(String, String)], later: usize) -> Result<Vec<Vec<(String, String)>>> {
+fn schedule_parts(
+    settings: &[(String, String)],
+    later: usize,
+) -> Result<Vec<Vec<(String, String)>>> {
     let mut parts = vec![Vec::new(); later + 1];
     for (key, value) in settings {
         let (part, key) = match key.split_once('.') {
@@ -268,7 +273,6 @@ fn schedule_parts(settings: &[(String, String)], later: usize) -> Result<Vec<Vec
         parts[part].push((key.to_string(), value.clone()));
     }
     Ok(parts)
-}
 }
 
 /// What training would feed back into the policies, for `trace` and `compare`.
