@@ -145,16 +145,8 @@ pub struct PolicyArgs {
     /// Learning-rate schedule plugin (a path, or a name such as `warmup`).
     #[arg(long, value_name = "PLUGIN")]
     pub schedule: Option<String>,
-    /// Another schedule that takes over at optimizer step STEP and counts its own steps from
-    /// there (torch's `SequentialLR`); repeatable, in order. Its parameters are
-    /// `--set schedule.N.KEY=VALUE`, N = 1 for the first --then.
-    #[arg(long = "then", value_name = "PLUGIN@STEP", conflicts_with = "chain")]
-    pub then: Vec<String>,
-    /// Another schedule whose factor multiplies the LR at every step (torch's
-    /// `ChainedScheduler`): it is asked at base LR 1 for the step's batch; repeatable. Its
-    /// parameters are `--set schedule.N.KEY=VALUE`, N = 1 for the first --chain.
-    #[arg(long, value_name = "PLUGIN")]
-    pub chain: Vec<String>,
+    #[command(flatten)]
+    pub compose: ComposeArgs,
     /// Batch-size controller plugin.
     #[arg(long, value_name = "PLUGIN")]
     pub batch_size: Option<String>,
@@ -198,7 +190,7 @@ impl PolicyArgs {
                 );
             }
         }
-        let (composition, later) = self.composition()?;
+        let (composition, later) = self.compose.composition()?;
         let prefix = PolicyKind::Schedule.set_prefix();
         let mut parts = schedule_parts(&settings_for(&settings, prefix), later.len())?;
         let mut plugins = Vec::new();
@@ -212,21 +204,30 @@ impl PolicyArgs {
             }
         }
         let mut set = PolicySet::new(plugins, bounds)?;
-        if composition != Composition::Single {
-            let later = later
-                .iter()
-                .zip(parts.into_iter().skip(1))
-                .map(|(path, mine)| {
-                    runtime.load_configured(path, Some(PolicyKind::Schedule), &mine)
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            set.compose(later, composition)?;
-        }
+        compose_schedule(runtime, &mut set, composition, &later, parts)?;
         Ok(set)
     }
 
+}
+
+/// The later parts of a composed schedule.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ComposeArgs {
+    /// Another schedule that takes over at optimizer step STEP and counts its own steps from
+    /// there (torch's `SequentialLR`); repeatable, in order. Its parameters are
+    /// `--set schedule.N.KEY=VALUE`, N = 1 for the first --then.
+    #[arg(long = "then", value_name = "PLUGIN@STEP", conflicts_with = "chain")]
+    pub then: Vec<String>,
+    /// Another schedule whose factor multiplies the LR at every step (torch's
+    /// `ChainedScheduler`): it is asked at base LR 1 for the step's batch; repeatable. Its
+    /// parameters are `--set schedule.N.KEY=VALUE`, N = 1 for the first --chain.
+    #[arg(long, value_name = "PLUGIN")]
+    pub chain: Vec<String>,
+}
+
+impl ComposeArgs {
     /// The composition `--then` or `--chain` asks for, and the later parts' plugins.
-    fn composition(&self) -> Result<(Composition, Vec<String>)> {
+    pub fn composition(&self) -> Result<(Composition, Vec<String>)> {
         if !self.then.is_empty() {
             let mut milestones = Vec::new();
             let mut paths = Vec::new();
@@ -249,9 +250,29 @@ impl PolicyArgs {
     }
 }
 
+/// Loads the later parts `paths` of a composed schedule, part N configured with `parts[N]`,
+/// and composes `set`'s schedule with them (nothing for [`Composition::Single`]).
+pub fn compose_schedule(
+    runtime: &Runtime,
+    set: &mut PolicySet,
+    composition: Composition,
+    paths: &[String],
+    parts: Vec<Vec<(String, String)>>,
+) -> Result<()> {
+    if composition == Composition::Single {
+        return Ok(());
+    }
+    let later = paths
+        .iter()
+        .zip(parts.into_iter().skip(1))
+        .map(|(path, mine)| runtime.load_configured(path, Some(PolicyKind::Schedule), &mine))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(set.compose(later, composition)?)
+}
+
 /// Splits the `--set schedule.…` settings by part: `KEY=VALUE` is part 0's, `N.KEY=VALUE`
 /// part N's, for a schedule of `later` parts after the first.
-fn schedule_parts(
+pub fn schedule_parts(
     settings: &[(String, String)],
     later: usize,
 ) -> Result<Vec<Vec<(String, String)>>> {
