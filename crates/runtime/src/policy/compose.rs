@@ -46,10 +46,9 @@ impl Composition {
             Composition::Sequential(m) if m.first() == Some(&0) => {
                 Err("a sequential milestone must be a step after 0".into())
             }
-            Composition::Sequential(m) if m.windows(2).any(|w| w[0] >= w[1]) => Err(format!(
-                "sequential milestones must increase: {}",
-                join(m)
-            )),
+            Composition::Sequential(m) if m.windows(2).any(|w| w[0] >= w[1]) => {
+                Err(format!("sequential milestones must increase: {}", join(m)))
+            }
             Composition::Chained if parts < 2 => {
                 Err("a chained schedule needs at least two parts".into())
             }
@@ -106,10 +105,7 @@ impl fmt::Display for Composition {
 }
 
 fn join(m: &[u64]) -> String {
-    m.iter()
-        .map(u64::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+    m.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]
@@ -164,7 +160,10 @@ mod tests {
     #[test]
     fn a_chained_factor_is_asked_at_base_lr_one() {
         let v = Composition::factor_view(&state(3, 512, 10));
-        assert_eq!((v.base_lr, v.reference_batch, v.global_batch), (1.0, 512, 512));
+        assert_eq!(
+            (v.base_lr, v.reference_batch, v.global_batch),
+            (1.0, 512, 512)
+        );
     }
 
     #[test]

@@ -208,7 +208,13 @@ impl PolicySet {
         let mut out = Vec::new();
         for (kind, p) in PolicyKind::EVERY.iter().zip(&self.plugins) {
             if let Some(p) = p {
-                out.push((Slot { kind: *kind, part: 0 }, p));
+                out.push((
+                    Slot {
+                        kind: *kind,
+                        part: 0,
+                    },
+                    p,
+                ));
             }
             if *kind == PolicyKind::Schedule {
                 out.extend(self.later.iter().enumerate().map(|(i, p)| {
@@ -240,7 +246,13 @@ impl PolicySet {
         let mut out = Vec::new();
         for (kind, p) in PolicyKind::EVERY.iter().zip(self.plugins.iter_mut()) {
             if let Some(p) = p {
-                out.push((Slot { kind: *kind, part: 0 }, p));
+                out.push((
+                    Slot {
+                        kind: *kind,
+                        part: 0,
+                    },
+                    p,
+                ));
             }
             if *kind == PolicyKind::Schedule {
                 let parts = later.take().into_iter().flatten().enumerate();
@@ -364,7 +376,9 @@ impl PolicySet {
         let composition = self.composition.clone();
         let later = self.later.len();
         let mut rates = |part: usize, state: &State| {
-            let p = self.schedule_part(part).expect("the composition fits its parts");
+            let p = self
+                .schedule_part(part)
+                .expect("the composition fits its parts");
             let lr = check_output(p, state, bounds).map_err(|e| (part, e))?;
             let momentum = check_momentum(p, state).map_err(|e| (part, e))?;
             Ok((lr.as_f64(), momentum))
