@@ -5,12 +5,15 @@
 //! SGD form with Nesterov and momentum correction, micro-batch accumulation).
 //!
 //! The hashes depend on libtorch's CPU kernels: a libtorch version or a CPU with other vector
-//! instructions rounds differently. So the pins are kept per CPU model ([`PINS`]): the first set
-//! was recorded on the CPU of the machine issue 17 was done on, the second on an
-//! "Intel(R) Xeon(R) Processor" (AVX-512) with the code of commit e9d1587, before issue 11
-//! touched the trainer, the third on an "AMD EPYC" with the code of commit 075cc30, before
-//! issue 26 touched the trainer. A CPU without pins of its own is held to the first set. Rerun
-//! the runs on the old code before adding or blessing a set.
+//! instructions rounds differently. So the pins are kept per CPU model and AVX-512 support
+//! ([`PINS`]; one model name covers both: "AMD EPYC" is Milan without AVX-512 and Genoa with
+//! it): the first set was recorded on the CPU of the machine issue 17 was done on, and an
+//! "AMD EPYC" with AVX-512 (family 25, model 17) gave the same hashes with the code of commit
+//! 9c2f01f; the second on an "Intel(R) Xeon(R) Processor" with AVX-512 with the code of commit
+//! e9d1587, before issue 11 touched the trainer; the third on an "AMD EPYC" without AVX-512
+//! with the code of commit 075cc30, before issue 26 touched the trainer. A CPU without pins of
+//! its own is held to the first set. Rerun the runs on the old code before adding or blessing a
+//! set.
 
 use crate::common::*;
 
@@ -58,9 +61,10 @@ fn weights_hash(stdout: &str) -> String {
         .to_string()
 }
 
-/// The pinned hashes by CPU model (`model name` of /proc/cpuinfo; `None`: any other CPU), in
-/// the order one process, two ranks ring, top-k with error feedback, fp16 with error feedback.
-const PINS: &[(Option<&str>, [&str; 4])] = &[
+/// The pinned hashes by CPU model (`model name` of /proc/cpuinfo) and whether it has AVX-512
+/// (`None`: any other CPU), in the order one process, two ranks ring, top-k with error
+/// feedback, fp16 with error feedback.
+const PINS: &[(Option<(&str, bool)>, [&str; 4])] = &[
     (
         None,
         [
@@ -71,7 +75,7 @@ const PINS: &[(Option<&str>, [&str; 4])] = &[
         ],
     ),
     (
-        Some("Intel(R) Xeon(R) Processor"),
+        Some(("Intel(R) Xeon(R) Processor", true)),
         [
             "0cec8083811f5a5a0866fe9e4d04f2dbad0298e824077df6cdc43081bd1b0308",
             "1ba5d3ee06f4aead59da1510ce8a9ccae85bd24b04a8dbff68508aa0ba1268f2",
@@ -80,7 +84,7 @@ const PINS: &[(Option<&str>, [&str; 4])] = &[
         ],
     ),
     (
-        Some("AMD EPYC"),
+        Some(("AMD EPYC", false)),
         [
             "92f39acc24771e2b1b021c0303a1b7430ed4e4fe519af1d7e8518d539b9e5f58",
             "bff46aeee98ddc7dbc876ec7ef61f3a76c9a504724782c3972b60205fcef28f1",
@@ -90,26 +94,30 @@ const PINS: &[(Option<&str>, [&str; 4])] = &[
     ),
 ];
 
-/// This machine's CPU model.
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
-        .unwrap_or_else(|| "unknown".to_string())
+/// This machine's CPU model and whether it has AVX-512 (the `avx512f` flag).
+fn cpu_model() -> (String, bool) {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+    };
+    let model = field("model name").unwrap_or_else(|| "unknown".to_string());
+    let avx512 = field("flags").is_some_and(|f| f.split(' ').any(|flag| flag == "avx512f"));
+    (model, avx512)
 }
 
 /// Run `which` (an index into a [`PINS`] set) must end with this CPU's pinned hash.
 fn assert_pinned(what: &str, got: &str, which: usize) {
-    let cpu = cpu_model();
+    let (cpu, avx512) = cpu_model();
     let (_, pins) = PINS
         .iter()
-        .find(|(m, _)| *m == Some(cpu.as_str()))
+        .find(|(m, _)| *m == Some((cpu.as_str(), avx512)))
         .unwrap_or(&PINS[0]);
+    let isa = if avx512 { "with" } else { "without" };
     assert_eq!(
         got, pins[which],
-        "{what}: the weights after the pinned run changed (CPU: {cpu})"
+        "{what}: the weights after the pinned run changed (CPU: {cpu}, {isa} AVX-512)"
     );
 }
 
