@@ -123,6 +123,10 @@ fn wasm_matches_native_bit_for_bit() {
         let mut native = lsgd_policy::native(&p.info().name, &Params(p.params().to_vec()))
             .unwrap_or_else(|| panic!("{name} has no native twin"))
             .unwrap();
+        let params = Params(p.params().to_vec());
+        let mut native_momentum = lsgd_policy::native_momentum(&p.info().name, &params)
+            .transpose()
+            .unwrap();
         let mut c = clock(90, 20, 8192);
         let mut n = 0;
         while !c.finished() {
@@ -132,6 +136,17 @@ fn wasm_matches_native_bit_for_bit() {
                 w.to_bits(),
                 nat.to_bits(),
                 "{name} at step {}: wasm {w} native {nat}",
+                s.step
+            );
+            // Contract 0.4: the schedule's momentum too, asked after the LR as the host does.
+            let (w, nat) = (
+                p.momentum(&s).unwrap(),
+                native_momentum.as_mut().and_then(|m| m(&s)),
+            );
+            assert_eq!(
+                w.map(f64::to_bits),
+                nat.map(f64::to_bits),
+                "{name} momentum at step {}: wasm {w:?} native {nat:?}",
                 s.step
             );
             c.advance(s.global_batch, Some(1.0));

@@ -27,6 +27,7 @@ mod precision;
 mod rank_faults;
 mod run_dir;
 mod scaffold;
+mod schedules_torch;
 mod soak;
 mod studies;
 mod tensorboard;

@@ -8,10 +8,8 @@
 
 use serde::Serialize;
 
-use lsgd_policy::State;
-
 use crate::plugin::{Plugin, PolicyKind};
-use crate::policy::{Bounds, Clock, check_multipliers, check_output};
+use crate::policy::{Clock, PolicySet};
 use crate::trace::Inputs;
 use crate::{Error, Result};
 
@@ -40,9 +38,11 @@ impl Tolerance {
 pub struct Difference {
     /// The step.
     pub step: u64,
-    /// Plugin A's output.
+    /// The output that differs: the kind's function, or `momentum` (contract 0.4 schedules).
+    pub output: &'static str,
+    /// Plugin A's output (NaN where A returned none).
     pub a: f64,
-    /// Plugin B's output.
+    /// Plugin B's output (NaN where B returned none).
     pub b: f64,
 }
 
@@ -84,20 +84,20 @@ pub fn same_kind(a: &Plugin, b: &Plugin) -> Result<()> {
     })
 }
 
-/// Compares `a` and `b` at every step of the run `clock` describes, fed `inputs` as a trace
-/// is (a layer-rate plugin's multipliers compare tensor by tensor); plugins of different kinds
-/// are refused.
+/// Compares the `kind` policies of `a` and `b` (each one plugin, or for schedules a composed
+/// schedule) at every step of the run `clock` describes, fed `inputs` as a trace is: a
+/// schedule's LR and momentum, a layer-rate plugin's multipliers tensor by tensor. A momentum
+/// one side returns and the other does not is a difference.
 pub fn compare(
-    a: &mut Plugin,
-    b: &mut Plugin,
+    a: &mut PolicySet,
+    b: &mut PolicySet,
+    kind: PolicyKind,
     mut clock: Clock,
     inputs: &Inputs,
     tolerance: Tolerance,
-    bounds: Bounds,
 ) -> Result<Report> {
-    same_kind(a, b)?;
     let mut report = Report {
-        call: a.call_name(),
+        call: kind.function(),
         steps: 0,
         max_abs_diff: 0.0,
         max_rel_diff: 0.0,
@@ -108,21 +108,29 @@ pub fn compare(
     while !clock.finished() {
         let state = clock.state();
         let (va, vb) = (
-            outputs(a, &state, inputs, bounds)?,
-            outputs(b, &state, inputs, bounds)?,
+            outputs(a, kind, &clock, inputs)?,
+            outputs(b, kind, &clock, inputs)?,
         );
         let mut differs = false;
-        for (&va, &vb) in va.iter().zip(&vb) {
+        for ((output, va), (_, vb)) in va.into_iter().zip(vb) {
+            let (va, vb) = match (va, vb) {
+                (None, None) => continue,
+                (Some(va), Some(vb)) => (va, vb),
+                (va, vb) => (va.unwrap_or(f64::NAN), vb.unwrap_or(f64::NAN)),
+            };
             let abs = (va - vb).abs();
             let scale = va.abs().max(vb.abs());
-            report.max_abs_diff = report.max_abs_diff.max(abs);
-            if scale > 0.0 {
-                report.max_rel_diff = report.max_rel_diff.max(abs / scale);
+            if abs.is_finite() {
+                report.max_abs_diff = report.max_abs_diff.max(abs);
+                if scale > 0.0 {
+                    report.max_rel_diff = report.max_rel_diff.max(abs / scale);
+                }
             }
             if !tolerance.accepts(va, vb) && !differs {
                 differs = true;
                 report.first_difference.get_or_insert(Difference {
                     step: state.step,
+                    output,
                     a: va,
                     b: vb,
                 });
@@ -135,13 +143,30 @@ pub fn compare(
     Ok(report)
 }
 
-/// A plugin's checked outputs at one state: one value, or a layer-rate plugin's multipliers
-/// for the norms of `inputs` at that step.
-fn outputs(p: &mut Plugin, state: &State, inputs: &Inputs, bounds: Bounds) -> Result<Vec<f64>> {
-    if p.kind() != PolicyKind::LayerRate {
-        return Ok(vec![check_output(p, state, bounds)?.as_f64()]);
-    }
-    Ok(check_multipliers(p, state, inputs.norms.at(state.step))?)
+/// A policy set's checked outputs of `kind` at the clock's step, each named by what it is:
+/// a schedule's LR and momentum, another kind's value, or a layer-rate plugin's multipliers for
+/// the norms of `inputs` at that step.
+fn outputs(
+    set: &mut PolicySet,
+    kind: PolicyKind,
+    clock: &Clock,
+    inputs: &Inputs,
+) -> Result<Vec<(&'static str, Option<f64>)>> {
+    let d = set.decide(clock)?;
+    Ok(match kind {
+        PolicyKind::Schedule => vec![(kind.function(), Some(d.lr)), ("momentum", d.momentum)],
+        PolicyKind::BatchSize => vec![(kind.function(), Some(f64::from(d.global_batch)))],
+        PolicyKind::LabelSmoothing => {
+            vec![(kind.function(), Some(f64::from(d.label_smoothing)))]
+        }
+        PolicyKind::LayerRate => set
+            .layer_rates(&d.state, inputs.norms.at(d.state.step))?
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| (kind.function(), Some(m)))
+            .collect(),
+        PolicyKind::Codec => unreachable!("codecs are compared by compare_codecs"),
+    })
 }
 
 /// The first element whose reconstructions differ beyond tolerance.

@@ -68,6 +68,10 @@ pub enum Error {
         /// Its own message.
         message: String,
     },
+    /// A composed schedule that cannot work (milestones that do not fit its parts, a
+    /// sequential schedule beside a batch-size policy); the message names the flags.
+    #[error("{0}")]
+    Composition(String),
     /// An input file (a trace's metric, loss or norms file) is unreadable or malformed; the
     /// message names the file and line.
     #[error("{0}")]

@@ -30,12 +30,17 @@ pub struct Row {
     pub global_batch: u32,
     /// Label-smoothing epsilon.
     pub label_smoothing: f32,
+    /// The schedule's momentum (contract 0.4), when it returned one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub momentum: Option<f64>,
     /// The layer-rate policy's multiplier of each tensor (empty without one).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scales: Vec<f64>,
 }
 
-/// The CSV header, fixed by the golden files; a layer-rate trace adds `scale:<tensor>` columns.
+/// The CSV header, fixed by the golden files; a schedule that returns a momentum adds a
+/// `momentum` column (empty at steps where it returned none), a layer-rate trace adds
+/// `scale:<tensor>` columns.
 pub const CSV_HEADER: &str = "step,epoch,lr,global_batch,label_smoothing";
 
 /// What training would have fed back into the policies.
@@ -187,6 +192,7 @@ pub fn trace(
             lr: d.lr,
             global_batch: d.global_batch,
             label_smoothing: d.label_smoothing,
+            momentum: d.momentum,
             scales,
         });
         inputs.advance(&mut clock, d.global_batch, &mut epochs_done);
@@ -220,6 +226,10 @@ pub fn needs_norms(policies: &PolicySet) -> bool {
 /// `tensors` when the rows have multipliers.
 pub fn write_csv(rows: &[Row], tensors: &[&str], mut out: impl Write) -> io::Result<()> {
     write!(out, "{CSV_HEADER}")?;
+    let momentum = rows.iter().any(|r| r.momentum.is_some());
+    if momentum {
+        write!(out, ",momentum")?;
+    }
     let scaled = rows.iter().any(|r| !r.scales.is_empty());
     if scaled {
         for t in tensors {
@@ -233,6 +243,12 @@ pub fn write_csv(rows: &[Row], tensors: &[&str], mut out: impl Write) -> io::Res
             "{},{},{},{},{}",
             r.step, r.epoch, r.lr, r.global_batch, r.label_smoothing
         )?;
+        if momentum {
+            write!(out, ",")?;
+            if let Some(m) = r.momentum {
+                write!(out, "{m}")?;
+            }
+        }
         for s in &r.scales {
             write!(out, ",{s}")?;
         }

@@ -23,6 +23,9 @@ pub struct StepRecord {
     pub epoch: f64,
     /// Learning rate used.
     pub lr: f64,
+    /// Momentum (SGD) or β1 (AdamW) a schedule set for the step (absent when none did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub momentum: Option<f64>,
     /// Global batch used.
     pub global_batch: u32,
     /// Micro-batches per worker (gradient-accumulation steps).
@@ -139,7 +142,7 @@ impl Record {
     }
 }
 
-const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped,worker,staleness";
+const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped,worker,staleness,momentum";
 
 fn one() -> f64 {
     1.0
@@ -254,7 +257,7 @@ impl MetricsWriter {
             match record {
                 Record::Step(s) => writeln!(
                     steps,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     s.step,
                     s.epoch,
                     s.lr,
@@ -272,7 +275,8 @@ impl MetricsWriter {
                     s.loss_scale.map(|v| v.to_string()).unwrap_or_default(),
                     u8::from(s.skipped),
                     s.worker.map(|v| v.to_string()).unwrap_or_default(),
-                    s.staleness.map(|v| v.to_string()).unwrap_or_default()
+                    s.staleness.map(|v| v.to_string()).unwrap_or_default(),
+                    s.momentum.map(|v| v.to_string()).unwrap_or_default()
                 )?,
                 Record::Eval(e) => writeln!(
                     evals,

@@ -7,6 +7,7 @@
 //! collective's plain sum ([`crate::exchange`]) is the mean over the global batch.
 
 use lsgd_collective::World;
+use lsgd_runtime::policy::Decision;
 use tch::{Device, Kind, Tensor};
 
 use crate::{Error, Result};
@@ -36,12 +37,16 @@ pub fn tensors_digest<'a>(named: impl Iterator<Item = (&'a str, &'a Tensor)>) ->
     digest64(&tensors_hash(named))
 }
 
-/// A 64-bit digest of one step's policy outputs: LR, batch, ε and the layer-rate multipliers.
-pub fn decision_digest(lr: f64, global_batch: u32, epsilon: f32, scales: &[f64]) -> u64 {
+/// A 64-bit digest of one step's policy outputs: LR, momentum, batch, ε and the layer-rate
+/// multipliers.
+pub fn decision_digest(d: &Decision, scales: &[f64]) -> u64 {
     let mut h = blake3::Hasher::new();
-    h.update(&lr.to_le_bytes());
-    h.update(&global_batch.to_le_bytes());
-    h.update(&epsilon.to_le_bytes());
+    h.update(&d.lr.to_le_bytes());
+    if let Some(m) = d.momentum {
+        h.update(&m.to_le_bytes());
+    }
+    h.update(&d.global_batch.to_le_bytes());
+    h.update(&d.label_smoothing.to_le_bytes());
     for s in scales {
         h.update(&s.to_le_bytes());
     }

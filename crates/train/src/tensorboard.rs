@@ -148,6 +148,7 @@ pub fn scalars(record: &Record) -> (u64, Vec<(&'static str, f64)>) {
                 ("train/payload_bytes", s.payload_bytes as f64),
                 ("train/compression_ratio", s.compression_ratio),
             ];
+            v.extend(s.momentum.map(|x| ("train/momentum", x)));
             v.extend(s.loss_scale.map(|x| ("train/loss_scale", x)));
             v.extend(s.worker.map(|x| ("train/worker", f64::from(x))));
             v.extend(s.staleness.map(|x| ("train/staleness", x as f64)));
@@ -369,6 +370,7 @@ mod tests {
             step: 300,
             epoch: 1.5,
             lr: 0.1,
+            momentum: Some(0.9),
             global_batch: 256,
             micro_batches: 2,
             label_smoothing: 0.1,

@@ -292,7 +292,17 @@ impl<'w> Trainer<'w> {
     /// but a wall-clock backstop or a memory cap may strike one rank only), and all stop if so.
     pub fn decide(&mut self) -> Result<Decision> {
         let decided = self.policies.decide(&self.clock).map_err(Error::from);
-        self.agreed("policies", decided)
+        let d = self.agreed("policies", decided)?;
+        if d.momentum.is_some() && self.config.run.error_feedback.moves_momentum() {
+            return Err(Error::Config(format!(
+                "step {}: the schedule returns a momentum, but --error-feedback momentum keeps \
+                 the momentum inside the gradient exchange at --momentum {}",
+                d.state.step, self.config.run.sgd.momentum
+            )));
+        }
+        // Before the layer-rate norms too, which describe this step's update.
+        self.opt.set_momentum(d.momentum);
+        Ok(d)
     }
 
     /// Phase 2: the global batch `decision` asks for, from the shared sample order, and this
@@ -510,6 +520,7 @@ impl<'w> Trainer<'w> {
             step: d.state.step,
             epoch: d.state.epoch_fraction,
             lr: d.lr,
+            momentum: d.momentum,
             global_batch: d.global_batch,
             micro_batches: s.batch.micro.len() as u32,
             label_smoothing: d.label_smoothing,
@@ -574,7 +585,7 @@ impl<'w> Trainer<'w> {
             self.world,
             step,
             "policy outputs (lr, batch, ε, layer-rate multipliers)",
-            parallel::decision_digest(d.lr, d.global_batch, d.label_smoothing, scales),
+            parallel::decision_digest(d, scales),
         )?;
         let states = self.policies.states_at(step).map_err(Error::from)?;
         parallel::check_consistent(
@@ -653,7 +664,7 @@ impl<'w> Trainer<'w> {
             .states_at(state.step)
             .map_err(Error::from)?
             .into_iter()
-            .map(|(kind, bytes)| (kind.to_string(), checkpoint::hex(&bytes)))
+            .map(|(slot, bytes)| (slot.key(), checkpoint::hex(&bytes)))
             .collect();
         let meta = Meta {
             format: checkpoint::FORMAT.into(),

@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::plugin::{Cache, EngineOptions, Limits, PolicyKind, Runtime};
-use crate::policy::{Bounds, Clock, PolicySet, RunShape};
+use crate::policy::{Bounds, Clock, Composition, PolicySet, RunShape};
 use crate::trace::{Inputs, Norms, parse_series, read_input};
 
 /// The shape of the (possibly imaginary) run whose states the policies see.
@@ -145,6 +145,8 @@ pub struct PolicyArgs {
     /// Learning-rate schedule plugin (a path, or a name such as `warmup`).
     #[arg(long, value_name = "PLUGIN")]
     pub schedule: Option<String>,
+    #[command(flatten)]
+    pub compose: ComposeArgs,
     /// Batch-size controller plugin.
     #[arg(long, value_name = "PLUGIN")]
     pub batch_size: Option<String>,
@@ -159,7 +161,8 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "PLUGIN")]
     pub layer_rate: Option<String>,
     /// A plugin parameter, `schedule.KEY=VALUE`, `batch_size.KEY=VALUE`,
-    /// `label_smoothing.KEY=VALUE`, `codec.KEY=VALUE` or `layer_rate.KEY=VALUE`; repeatable.
+    /// `label_smoothing.KEY=VALUE`, `codec.KEY=VALUE` or `layer_rate.KEY=VALUE`
+    /// (`schedule.N.KEY=VALUE` for part N of a composed schedule); repeatable.
     #[arg(long = "set", value_name = "KIND.KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -187,15 +190,110 @@ impl PolicyArgs {
                 );
             }
         }
+        let (composition, later) = self.compose.composition()?;
+        let prefix = PolicyKind::Schedule.set_prefix();
+        let mut parts = schedule_parts(&settings_for(&settings, prefix), later.len())?;
         let mut plugins = Vec::new();
         for (kind, path) in given {
             if let Some(path) = path {
-                let mine = settings_for(&settings, kind.set_prefix());
+                let mine = match kind {
+                    PolicyKind::Schedule => std::mem::take(&mut parts[0]),
+                    _ => settings_for(&settings, kind.set_prefix()),
+                };
                 plugins.push(runtime.load_configured(path, Some(kind), &mine)?);
             }
         }
-        Ok(PolicySet::new(plugins, bounds)?)
+        let mut set = PolicySet::new(plugins, bounds)?;
+        compose_schedule(runtime, &mut set, composition, &later, parts)?;
+        Ok(set)
     }
+
+}
+
+/// The later parts of a composed schedule.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ComposeArgs {
+    /// Another schedule that takes over at optimizer step STEP and counts its own steps from
+    /// there (torch's `SequentialLR`); repeatable, in order. Its parameters are
+    /// `--set schedule.N.KEY=VALUE`, N = 1 for the first --then.
+    #[arg(long = "then", value_name = "PLUGIN@STEP", conflicts_with = "chain")]
+    pub then: Vec<String>,
+    /// Another schedule whose factor multiplies the LR at every step (torch's
+    /// `ChainedScheduler`): it is asked at base LR 1 for the step's batch; repeatable. Its
+    /// parameters are `--set schedule.N.KEY=VALUE`, N = 1 for the first --chain.
+    #[arg(long, value_name = "PLUGIN")]
+    pub chain: Vec<String>,
+}
+
+impl ComposeArgs {
+    /// The composition `--then` or `--chain` asks for, and the later parts' plugins.
+    pub fn composition(&self) -> Result<(Composition, Vec<String>)> {
+        if !self.then.is_empty() {
+            let mut milestones = Vec::new();
+            let mut paths = Vec::new();
+            for spec in &self.then {
+                let (path, step) = spec.rsplit_once('@').with_context(|| {
+                    format!("--then {spec}: expected PLUGIN@STEP, e.g. cosine-annealing@30")
+                })?;
+                let step: u64 = step
+                    .parse()
+                    .with_context(|| format!("--then {spec}: `{step}` is not a step number"))?;
+                milestones.push(step);
+                paths.push(path.to_string());
+            }
+            return Ok((Composition::Sequential(milestones), paths));
+        }
+        if !self.chain.is_empty() {
+            return Ok((Composition::Chained, self.chain.clone()));
+        }
+        Ok((Composition::Single, Vec::new()))
+    }
+}
+
+/// Loads the later parts `paths` of a composed schedule, part N configured with `parts[N]`,
+/// and composes `set`'s schedule with them (nothing for [`Composition::Single`]).
+pub fn compose_schedule(
+    runtime: &Runtime,
+    set: &mut PolicySet,
+    composition: Composition,
+    paths: &[String],
+    parts: Vec<Vec<(String, String)>>,
+) -> Result<()> {
+    if composition == Composition::Single {
+        return Ok(());
+    }
+    let later = paths
+        .iter()
+        .zip(parts.into_iter().skip(1))
+        .map(|(path, mine)| runtime.load_configured(path, Some(PolicyKind::Schedule), &mine))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(set.compose(later, composition)?)
+}
+
+/// Splits the `--set schedule.…` settings by part: `KEY=VALUE` is part 0's, `N.KEY=VALUE`
+/// part N's, for a schedule of `later` parts after the first.
+pub fn schedule_parts(
+    settings: &[(String, String)],
+    later: usize,
+) -> Result<Vec<Vec<(String, String)>>> {
+    let mut parts = vec![Vec::new(); later + 1];
+    for (key, value) in settings {
+        let (part, key) = match key.split_once('.') {
+            Some((n, rest)) if n.bytes().all(|b| b.is_ascii_digit()) => {
+                let n: usize = n.parse().context("part number")?;
+                if n > later {
+                    bail!(
+                        "--set schedule.{key}: the schedule has no part {n} ({later} --then or \
+                         --chain given)"
+                    );
+                }
+                (n, rest)
+            }
+            _ => (0, key.as_str()),
+        };
+        parts[part].push((key.to_string(), value.clone()));
+    }
+    Ok(parts)
 }
 
 /// What training would feed back into the policies, for `trace` and `compare`.

@@ -3,19 +3,24 @@
 use anyhow::Result;
 use clap::Args;
 
-use super::args::{InputArgs, LimitArgs, ShapeArgs, parse_settings, settings_for};
+use super::args::{
+    ComposeArgs, InputArgs, LimitArgs, ShapeArgs, compose_schedule, parse_settings,
+    schedule_parts, settings_for,
+};
 use super::trace::Format;
 use crate::compare::{
     CodecInputs, CodecReport, Report, Tolerance, compare, compare_codecs, same_kind,
 };
-use crate::plugin::PolicyKind;
+use crate::plugin::{PolicyKind, Runtime};
+use crate::policy::{Bounds, PolicySet};
 
 /// Arguments of `compare`.
 #[derive(Args, Debug)]
 pub struct CompareArgs {
-    /// Plugin A (a path or a name).
+    /// Plugin A (a path or a name); for a composed schedule `A,B@STEP,…` (sequential, as
+    /// `--then`) or `A*B*…` (chained, as `--chain`).
     a: String,
-    /// Plugin B, of the same kind.
+    /// Plugin B, of the same kind (composed likewise).
     b: String,
     /// The run whose states step policies see (not needed for codecs).
     #[command(flatten)]
@@ -37,7 +42,8 @@ pub struct CompareArgs {
     /// Step policies: what training would feed back (metric, loss, tensor norms).
     #[command(flatten)]
     inputs: InputArgs,
-    /// A parameter: `a.KEY=VALUE`, `b.KEY=VALUE`, or `both.KEY=VALUE`; repeatable.
+    /// A parameter: `a.KEY=VALUE`, `b.KEY=VALUE`, or `both.KEY=VALUE` (`a.N.KEY=VALUE` for part N
+    /// of a composed schedule); repeatable.
     #[arg(long = "set", value_name = "a|b|both.KEY=VALUE")]
     set: Vec<String>,
     /// Relative tolerance (0 with --atol 0: bit-identical).
@@ -61,14 +67,16 @@ pub fn run(args: CompareArgs) -> Result<bool> {
     let settings = parse_settings(&args.set, &["a", "b", "both"])?;
     let both = settings_for(&settings, "both");
     let with = |side: &str| [both.clone(), settings_for(&settings, side)].concat();
-    let mut a = runtime.load_configured(&args.a, None, &with("a"))?;
-    let mut b = runtime.load_configured(&args.b, None, &with("b"))?;
+    let bounds = args.limits.bounds();
+    let (mut a, a_label) = side(&runtime, &args.a, &with("a"), bounds)?;
+    let (mut b, b_label) = side(&runtime, &args.b, &with("b"), bounds)?;
+    same_kind(first(&a), first(&b))?;
+    let kind = first(&a).kind();
     let tolerance = Tolerance {
         rtol: args.rtol,
         atol: args.atol,
     };
-    if a.kind() == PolicyKind::Codec || b.kind() == PolicyKind::Codec {
-        same_kind(&a, &b)?;
+    if let (Some(a), Some(b)) = (a.codec_mut(), b.codec_mut()) {
         anyhow::ensure!(
             args.rows > 0 && args.cols > 0 && args.buckets > 0,
             "--rows, --cols and --buckets must be at least 1"
@@ -79,7 +87,7 @@ pub fn run(args: CompareArgs) -> Result<bool> {
             buckets: args.buckets,
             seed: args.seed,
         };
-        let report = compare_codecs(&mut a, &mut b, inputs, tolerance)?;
+        let report = compare_codecs(a, b, inputs, tolerance)?;
         if args.format == Some(Format::Json) {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
@@ -89,28 +97,52 @@ pub fn run(args: CompareArgs) -> Result<bool> {
     }
     if !args.shape.given() {
         anyhow::bail!(
-            "comparing {} plugins needs the run's shape: --epochs, --steps-per-epoch and --global-batch",
-            a.kind()
+            "comparing {kind} plugins needs the run's shape: --epochs, --steps-per-epoch and --global-batch"
         );
     }
     let inputs = args.inputs.inputs()?;
-    if a.kind() == PolicyKind::LayerRate && inputs.norms.names().is_empty() {
+    if kind == PolicyKind::LayerRate && inputs.norms.names().is_empty() {
         anyhow::bail!("comparing layer-rate plugins needs the tensors' norms: --norms-file FILE");
     }
-    let report = compare(
-        &mut a,
-        &mut b,
-        args.shape.clock()?,
-        &inputs,
-        tolerance,
-        args.limits.bounds(),
-    )?;
+    let report = compare(&mut a, &mut b, kind, args.shape.clock()?, &inputs, tolerance)?;
     if args.format == Some(Format::Json) {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_text(&report, a.label(), b.label(), tolerance);
+        print_text(&report, &a_label, &b_label, tolerance);
     }
     Ok(report.within_tolerance())
+}
+
+/// One side of the comparison: its plugin, or the parts of a composed schedule (`A,B@S` or
+/// `A*B`), configured with `settings` (`N.KEY` for part N); and how to name it.
+fn side(
+    runtime: &Runtime,
+    spec: &str,
+    settings: &[(String, String)],
+    bounds: Bounds,
+) -> Result<(PolicySet, String)> {
+    let chained = spec.contains('*');
+    let mut parts = spec.split(if chained { '*' } else { ',' }).map(str::to_string);
+    let first = parts.next().expect("split yields one part");
+    let compose = match chained {
+        true => ComposeArgs { then: Vec::new(), chain: parts.collect() },
+        false => ComposeArgs { then: parts.collect(), chain: Vec::new() },
+    };
+    let (composition, later) = compose.composition()?;
+    let mut settings = schedule_parts(settings, later.len())?;
+    let plugin = runtime.load_configured(&first, None, &std::mem::take(&mut settings[0]))?;
+    let label = match later.is_empty() {
+        true => plugin.label().to_string(),
+        false => format!("{spec} ({composition})"),
+    };
+    let mut set = PolicySet::new(vec![plugin], bounds)?;
+    compose_schedule(runtime, &mut set, composition, &later, settings)?;
+    Ok((set, label))
+}
+
+/// A side's plugin (a composed schedule's first part).
+fn first(set: &PolicySet) -> &crate::plugin::Plugin {
+    set.plugins()[0].1
 }
 
 fn rule(t: Tolerance) -> String {
@@ -160,6 +192,9 @@ fn print_codecs(r: &CodecReport, a: &str, b: &str, t: Tolerance) {
 fn print_text(r: &Report, a: &str, b: &str, t: Tolerance) {
     println!("A: {a}\nB: {b}");
     println!("compared {} over {} steps", r.call, r.steps);
+    if let Some(d) = r.first_difference.filter(|d| d.output != r.call) {
+        println!("first difference in: {}", d.output);
+    }
     println!("max abs diff: {:e}", r.max_abs_diff);
     println!("max rel diff: {:e}", r.max_rel_diff);
     match &r.first_difference {

@@ -7,16 +7,21 @@ use clap::Args;
 use serde::Serialize;
 use wasmtime::component::Component;
 
-use super::args::LimitArgs;
+use super::args::{ComposeArgs, LimitArgs};
 use super::trace::Format;
 use crate::plugin::params::{render, type_name};
-use crate::plugin::{Origin, locate::locate};
+use crate::plugin::{Origin, PolicyKind, Runtime, locate::locate};
+use crate::policy::{Composition, Slot};
 
 /// Arguments of `inspect`.
 #[derive(Args, Debug)]
 pub struct InspectArgs {
     /// The plugin (a path, or a name such as `warmup`).
     plugin: String,
+    /// With `--then` or `--chain`, the plugin is a composed schedule's first part: each part
+    /// is described, with its place in the composition.
+    #[command(flatten)]
+    compose: ComposeArgs,
     /// `json` for scripts; anything else prints text.
     #[arg(long, value_enum)]
     format: Option<Format>,
@@ -30,6 +35,9 @@ pub struct InspectArgs {
 
 #[derive(Serialize)]
 struct Report {
+    /// For a part of a composed schedule: `schedule.1 (from step 50)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    part: Option<String>,
     file: String,
     size_bytes: usize,
     kind: String,
@@ -59,23 +67,64 @@ struct Param {
     doc: String,
 }
 
-/// Runs `inspect`.
+/// Runs `inspect`: one report, or one per part of a composed schedule.
 pub fn run(args: InspectArgs) -> Result<()> {
     let runtime = args.limits.runtime()?;
-    let path = locate(&args.plugin)?;
+    let (composition, later) = args.compose.composition()?;
+    let mut reports = vec![report(&runtime, &args.plugin, args.recompile)?];
+    if composition != Composition::Single {
+        composition
+            .check(later.len() + 1)
+            .map_err(|m| anyhow::anyhow!("{}: {m}", args.plugin))?;
+        for p in &later {
+            reports.push(report(&runtime, p, args.recompile)?);
+        }
+        for (part, r) in reports.iter_mut().enumerate() {
+            if r.kind != PolicyKind::Schedule.to_string() {
+                anyhow::bail!("{} is a {} plugin; every part of a composed schedule is a schedule", r.file, r.kind);
+            }
+            let slot = Slot {
+                kind: PolicyKind::Schedule,
+                part,
+            };
+            r.part = Some(match (&composition, part) {
+                (_, 0) => format!("{} ({composition})", slot.key()),
+                (Composition::Sequential(m), n) => format!("{} (from step {})", slot.key(), m[n - 1]),
+                _ => format!("{} (chained)", slot.key()),
+            });
+        }
+    }
+    match (args.format, reports.as_slice()) {
+        (Some(Format::Json), [one]) => println!("{}", serde_json::to_string_pretty(one)?),
+        (Some(Format::Json), parts) => println!("{}", serde_json::to_string_pretty(parts)?),
+        (_, parts) => {
+            for (i, r) in parts.iter().enumerate() {
+                if i > 0 {
+                    println!();
+                }
+                print_text(r);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What `inspect` says of the plugin `arg`.
+fn report(runtime: &Runtime, arg: &str, recompile: bool) -> Result<Report> {
+    let path = locate(arg)?;
     let plugin = runtime.load(&path, None)?;
     let engine = runtime.engine_of(plugin.kind());
     let bytes = std::fs::read(&path)?;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let (compile_ms, compiled_now, cached_load_ms) = match plugin.facts().origin {
-        Origin::Cached(load) if !args.recompile => (
+        Origin::Cached(load) if !recompile => (
             runtime.cache().compile_time(engine, &bytes).map(ms),
             false,
             Some(ms(load)),
         ),
         origin => {
             let took = match origin {
-                Origin::Compiled(took) if !args.recompile => took,
+                Origin::Compiled(took) if !recompile => took,
                 _ => {
                     let start = Instant::now();
                     Component::new(engine, &bytes).map_err(lsgd_runtime::Error::from)?;
@@ -88,7 +137,8 @@ pub fn run(args: InspectArgs) -> Result<()> {
         }
     };
     let info = plugin.info();
-    let report = Report {
+    Ok(Report {
+        part: None,
         file: plugin.label().to_string(),
         size_bytes: plugin.facts().size,
         kind: plugin.kind().to_string(),
@@ -117,16 +167,13 @@ pub fn run(args: InspectArgs) -> Result<()> {
         compiled_now,
         cached_load_ms,
         canonical_nans: plugin.facts().canonical_nans,
-    };
-    if args.format == Some(Format::Json) {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_text(&report);
-    }
-    Ok(())
+    })
 }
 
 fn print_text(r: &Report) {
+    if let Some(part) = &r.part {
+        println!("part:        {part}");
+    }
     println!(
         "file:        {} ({:.1} KiB)",
         r.file,
@@ -173,7 +220,7 @@ fn print_text(r: &Report) {
     }
     println!(
         "parameters:  (set with --set {}.NAME=VALUE)",
-        kind_prefix(&r.kind)
+        kind_prefix(r.part.as_deref().and_then(|p| p.split(' ').next()).unwrap_or(&r.kind))
     );
     let w = r
         .params

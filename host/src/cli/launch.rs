@@ -55,6 +55,21 @@ pub struct LaunchArgs {
     command: Vec<OsString>,
 }
 
+/// Removes `flag` and its value (`--flag VALUE` or `--flag=VALUE`) from `argv`.
+fn drop_flag(argv: &mut Vec<OsString>, flag: &str) {
+    let joined = format!("{flag}=");
+    let mut i = 0;
+    while i < argv.len() {
+        if argv[i] == flag {
+            argv.drain(i..(i + 2).min(argv.len()));
+        } else if argv[i].to_string_lossy().starts_with(&joined) {
+            argv.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+}
+
 /// Rewrites `launch -np N` (mpirun's spelling, which clap cannot take as a short flag) to
 /// `launch --np N`; other command lines pass unchanged, and so does everything after `--`.
 pub fn spell_np(argv: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
@@ -395,6 +410,8 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
         let from = match step {
             Some(s) => {
                 if job.resume.as_deref() != Some(job.out.as_path()) {
+                    // Replaced, not appended: a flag given twice is refused.
+                    drop_flag(&mut run, "--resume");
                     run.extend(["--resume".into(), job.out.clone().into_os_string()]);
                 }
                 format!(

@@ -92,6 +92,7 @@ enum Command {
 /// Parses the command line; for `run --config FILE`, parses again with the file's settings
 /// placed before the command line's flags, which therefore win.
 fn parse() -> anyhow::Result<Cli> {
+    refuse_repeated_flags();
     let cli = Cli::parse_from(launch::spell_np(std::env::args_os()));
     let Command::Run(args) = &cli.command else {
         return Ok(cli);
@@ -107,6 +108,30 @@ fn parse() -> anyhow::Result<Cli> {
     let from_file = run::config_args(path)?;
     argv.splice(at + 1..at + 1, from_file.into_iter().map(Into::into));
     Ok(Cli::try_parse_from(argv).unwrap_or_else(|e| e.exit()))
+}
+
+/// Exits with clap's usage error when the command line gives a single-valued flag twice
+/// (`--schedule a --schedule b`): "the last one wins" hid mistakes, such as two schedules meant
+/// as a composition. The flags a `--config` file supplies are not on the command line, so the
+/// command line may still override them.
+fn refuse_repeated_flags() {
+    fn strict(cmd: clap::Command) -> clap::Command {
+        let names: Vec<String> = cmd
+            .get_subcommands()
+            .map(|s| s.get_name().to_string())
+            .collect();
+        names
+            .into_iter()
+            .fold(cmd.args_override_self(false), |cmd, name| {
+                cmd.mut_subcommand(name, strict)
+            })
+    }
+    let argv = launch::spell_np(std::env::args_os());
+    if let Err(e) = strict(<Cli as clap::CommandFactory>::command()).try_get_matches_from(argv)
+        && e.kind() == clap::error::ErrorKind::ArgumentConflict
+    {
+        e.exit();
+    }
 }
 
 /// Parses the command line, runs it and maps the outcome to an exit code.

@@ -6,16 +6,27 @@
 //! the crate root) where `generate!` ran.
 
 /// Exports a [`Schedule`](crate::Schedule) from a crate that generated the `schedule-plugin`
-/// world (of any contract version: the world is the same in all of them).
+/// world. `export_schedule!(T)` fits 0.1 to 0.3, whose schedule has `learning-rate` only;
+/// `export_schedule!(T, momentum)` fits 0.4, whose schedule also has `momentum`
+/// ([`Schedule::momentum`](crate::Schedule::momentum)). A 0.4 world without `momentum` in the
+/// macro, or an older one with it, fails to compile: the generated trait decides.
 ///
 /// ```ignore
 /// wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "schedule-plugin" });
 /// lsgd_policy::export_schedule!(lsgd_policy::warmup::Warmup);
 /// ```
+///
+/// ```ignore
+/// wit_bindgen::generate!({ path: "../../wit/v0.4.0", world: "schedule-plugin" });
+/// lsgd_policy::export_schedule!(lsgd_policy::one_cycle::OneCycle, momentum);
+/// ```
 #[macro_export]
 macro_rules! export_schedule {
     ($policy:ty) => {
         $crate::__export_policy!($policy, schedule, Schedule, learning_rate -> f64);
+    };
+    ($policy:ty, momentum) => {
+        $crate::__export_momentum_schedule!($policy);
     };
 }
 
@@ -62,9 +73,11 @@ macro_rules! export_layer_rate {
 }
 
 /// Exports a [`Schedule`](crate::Schedule) that is also [`Stateful`](crate::Stateful) from a
-/// crate that generated the `stateful-schedule-plugin` world of `wit/v0.3.0` or later: every
-/// `learning-rate` call runs `observe` first, and the `state` interface exposes `snapshot` and
-/// `restore`.
+/// crate that generated the `stateful-schedule-plugin` world: every `learning-rate` call runs
+/// `observe` first, and the `state` interface exposes `snapshot` and `restore`.
+/// `export_stateful_schedule!(T)` fits 0.3; `export_stateful_schedule!(T, momentum)` fits 0.4
+/// and adds `momentum`, which does not observe: the host asks it right after `learning-rate`
+/// with the same state, so the step has already been observed.
 ///
 /// ```ignore
 /// wit_bindgen::generate!({ path: "../../wit/v0.3.0", world: "stateful-schedule-plugin" });
@@ -74,6 +87,9 @@ macro_rules! export_layer_rate {
 macro_rules! export_stateful_schedule {
     ($policy:ty) => {
         $crate::__export_policy!($policy, schedule, Schedule, learning_rate -> f64, Stateful);
+    };
+    ($policy:ty, momentum) => {
+        $crate::__export_momentum_schedule!($policy, Stateful);
     };
 }
 
@@ -140,6 +156,36 @@ macro_rules! __export_policy {
                     $(<$policy as $crate::$stateful>::observe(p, &s);)?
                     <$policy as $crate::$kind>::$func(p, &s)
                 })
+            }
+        }
+
+        $($crate::__export_state!($policy, $stateful);)?
+        export!(__LsgdExport);
+    };
+}
+
+/// The body of the 0.4 schedule export macros: `__export_policy` with both of the schedule's
+/// functions; with a trailing `Stateful`, `learning_rate` observes first and `momentum` never.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_momentum_schedule {
+    ($policy:ty $(, $stateful:ident)?) => {
+        $crate::__export_plugin!($policy);
+
+        impl exports::lsgd::policy::schedule::Guest for __LsgdExport {
+            fn learning_rate(state: lsgd::policy::types::TrainState) -> f64 {
+                let s = $crate::copy_train_state!(state => $crate::State);
+                __lsgd_with(|p| {
+                    $(<$policy as $crate::$stateful>::observe(p, &s);)?
+                    <$policy as $crate::Schedule>::learning_rate(p, &s)
+                })
+            }
+
+            fn momentum(
+                state: lsgd::policy::types::TrainState,
+            ) -> ::core::option::Option<f64> {
+                let s = $crate::copy_train_state!(state => $crate::State);
+                __lsgd_with(|p| <$policy as $crate::Schedule>::momentum(p, &s))
             }
         }
 

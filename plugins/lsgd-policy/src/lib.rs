@@ -1,4 +1,4 @@
-//! The `lsgd:policy` contract (0.1 to 0.3) as plain Rust, plus the reference policies.
+//! The `lsgd:policy` contract (0.1 to 0.4) as plain Rust, plus the reference policies.
 //!
 //! The same code runs in two places: natively inside `lsgd-host` (its own train-state and
 //! parameter types, and the native side of the native-vs-wasm benchmark) and compiled to
@@ -18,6 +18,11 @@
 //! `export_layer_rate!`) and policies that keep state between calls ([`Stateful`], exported with
 //! `export_stateful_schedule!` and its siblings for the other kinds), whose snapshot the host
 //! checkpoints.
+//!
+//! Contract 0.4 adds the schedule's `momentum` ([`Schedule::momentum`], `None` unless a policy
+//! drives it); a crate that generated a 0.4 world exports it with `export_schedule!(T, momentum)`
+//! or `export_stateful_schedule!(T, momentum)`. The torch-compatible step schedules
+//! ([`one_cycle`], [`linear`], [`multistep`], [`cosine_annealing`]) target 0.4.
 
 #![warn(missing_docs)]
 
@@ -30,10 +35,14 @@ pub mod batch_ramp;
 pub mod constant;
 pub mod constant_batch;
 pub mod cosine;
+pub mod cosine_annealing;
 pub mod label_smoothing;
 pub mod lamb;
 pub mod lars;
+pub mod linear;
 pub mod lr;
+pub mod multistep;
+pub mod one_cycle;
 pub mod plateau;
 pub mod poly;
 pub mod warmup;
@@ -235,6 +244,12 @@ pub trait Policy: Sized {
 pub trait Schedule: Policy {
     /// The learning rate for `s.step`: finite and >= 0 for sane inputs.
     fn learning_rate(&self, s: &State) -> f64;
+
+    /// The momentum (SGD's coefficient, AdamW's beta1) for `s.step`, in [0, 1); `None` keeps the
+    /// configured one. Contract 0.4 only: the host asks right after `learning_rate`, same state.
+    fn momentum(&self, _s: &State) -> Option<f64> {
+        None
+    }
 }
 
 /// A batch-size controller (WIT interface `batch-size`).
@@ -253,7 +268,8 @@ pub trait LabelSmoothing: Policy {
 /// ReduceLROnPlateau's best value and counters.
 pub trait Stateful: Policy {
     /// Advances the state with what `s` shows; the export macro calls it right before the kind's
-    /// policy function, on every call, so it must be idempotent for repeated calls at one step.
+    /// policy function (for a 0.4 schedule: `learning_rate`, not `momentum`), on every call, so
+    /// it must be idempotent for repeated calls at one step.
     fn observe(&mut self, s: &State);
 
     /// The state, in a form only [`Stateful::restore`] of the same policy reads.
@@ -265,12 +281,16 @@ pub trait Stateful: Policy {
 
 /// Every per-step reference policy's name, which is both its plugin file (`warmup.wasm` ...) and
 /// its `describe()` name, in the order `bench policies` reports them.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 12] = [
     "warmup",
     "cosine",
     "poly",
     "constant",
     "plateau",
+    "one-cycle",
+    "linear",
+    "multistep",
+    "cosine-annealing",
     "batch-ramp",
     "constant-batch",
     "label-smoothing",
@@ -288,7 +308,8 @@ pub(crate) fn configure_given<P: Policy>(params: &Params) -> Result<P, String> {
 /// The native twin of the reference policy named `name` (its `describe()` name), configured
 /// with `params` over its defaults; `None` for a name that is not a reference policy. A
 /// stateful policy's twin keeps its state in the closure and observes before every call, as
-/// the export macro does.
+/// the export macro does. A schedule's twin gives its learning rate; [`native_momentum`] gives
+/// its momentum.
 pub fn native(name: &str, params: &Params) -> Option<Result<NativeFn, String>> {
     use configure_given as configure;
     fn schedule<P: Schedule + Send + 'static>(params: &Params) -> Result<NativeFn, String> {
@@ -318,9 +339,49 @@ pub fn native(name: &str, params: &Params) -> Option<Result<NativeFn, String>> {
         "poly" => schedule::<poly::Poly>(params),
         "constant" => schedule::<constant::Constant>(params),
         "plateau" => stateful_schedule::<plateau::Plateau>(params),
+        "one-cycle" => schedule::<one_cycle::OneCycle>(params),
+        "linear" => schedule::<linear::Linear>(params),
+        "multistep" => schedule::<multistep::MultiStep>(params),
+        "cosine-annealing" => schedule::<cosine_annealing::CosineAnnealing>(params),
         "batch-ramp" => batch::<batch_ramp::BatchRamp>(params),
         "constant-batch" => batch::<constant_batch::ConstantBatch>(params),
         "label-smoothing" => smoothing::<label_smoothing::Smoothing>(params),
+        _ => return None,
+    })
+}
+
+/// A reference schedule's momentum compiled natively; `None` keeps the configured momentum.
+pub type NativeMomentumFn = Box<dyn FnMut(&State) -> Option<f64> + Send>;
+
+/// The native twin of the momentum (contract 0.4) of the reference schedule named `name`,
+/// configured as [`native`] configures its learning rate; `None` for a name that is not a
+/// reference schedule. A stateful schedule's twin observes before every call: a twin of its own
+/// cannot rely on a `learning_rate` call having observed the step, and observing is idempotent.
+pub fn native_momentum(name: &str, params: &Params) -> Option<Result<NativeMomentumFn, String>> {
+    use configure_given as configure;
+    fn schedule<P: Schedule + Send + 'static>(params: &Params) -> Result<NativeMomentumFn, String> {
+        let p = configure::<P>(params)?;
+        Ok(Box::new(move |s| p.momentum(s)))
+    }
+    fn stateful_schedule<P: Schedule + Stateful + Send + 'static>(
+        params: &Params,
+    ) -> Result<NativeMomentumFn, String> {
+        let mut p = configure::<P>(params)?;
+        Ok(Box::new(move |s| {
+            p.observe(s);
+            p.momentum(s)
+        }))
+    }
+    Some(match name {
+        "warmup" => schedule::<warmup::Warmup>(params),
+        "cosine" => schedule::<cosine::Cosine>(params),
+        "poly" => schedule::<poly::Poly>(params),
+        "constant" => schedule::<constant::Constant>(params),
+        "plateau" => stateful_schedule::<plateau::Plateau>(params),
+        "one-cycle" => schedule::<one_cycle::OneCycle>(params),
+        "linear" => schedule::<linear::Linear>(params),
+        "multistep" => schedule::<multistep::MultiStep>(params),
+        "cosine-annealing" => schedule::<cosine_annealing::CosineAnnealing>(params),
         _ => return None,
     })
 }
@@ -348,6 +409,10 @@ mod registry_tests {
             poly::Poly::info().name,
             constant::Constant::info().name,
             plateau::Plateau::info().name,
+            one_cycle::OneCycle::info().name,
+            linear::Linear::info().name,
+            multistep::MultiStep::info().name,
+            cosine_annealing::CosineAnnealing::info().name,
             batch_ramp::BatchRamp::info().name,
             constant_batch::ConstantBatch::info().name,
             label_smoothing::Smoothing::info().name,
@@ -369,6 +434,28 @@ mod registry_tests {
             .err()
             .unwrap();
         assert!(e.contains("unknown parameter 'no_such'"), "{e}");
+    }
+
+    #[test]
+    fn momentum_twins_exist_for_schedules_only() {
+        let mut cycle = native_momentum("one-cycle", &Params::default())
+            .unwrap()
+            .unwrap();
+        let s = State {
+            total_steps: 100,
+            ..state_at(0.0)
+        };
+        assert_eq!(cycle(&s), Some(0.95));
+        let mut plateau = native_momentum("plateau", &Params::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!(plateau(&s), None);
+        assert!(native_momentum("batch-ramp", &Params::default()).is_none());
+        let schedules = NAMES
+            .iter()
+            .filter(|n| native_momentum(n, &Params::default()).is_some())
+            .count();
+        assert_eq!(schedules, 9);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Range checks and milestone handling shared by the reference policies.
 
-use crate::Params;
+use crate::{Params, State};
 
 /// A finite float parameter `>= min`; NaN and infinities are rejected because every formula
 /// would pass them straight through to the learning rate.
@@ -38,6 +38,22 @@ pub(crate) fn float_in(p: &Params, name: &str, lo: f64, hi: f64) -> Result<f64, 
     } else {
         Err(format!("{name} must be in [{lo}, {hi}], got {v}"))
     }
+}
+
+/// A finite float parameter in `[lo, hi)`, for momenta, which must stay below 1.
+pub(crate) fn float_below(p: &Params, name: &str, lo: f64, hi: f64) -> Result<f64, String> {
+    let v = p.float(name)?;
+    if v.is_finite() && v >= lo && v < hi {
+        Ok(v)
+    } else {
+        Err(format!("{name} must be in [{lo}, {hi}), got {v}"))
+    }
+}
+
+/// A step count where 0 means the run's own length, resolved per state because
+/// `total_steps` follows the global batch; never 0, so no formula divides by it.
+pub(crate) fn steps_or_run(steps: u64, s: &State) -> u64 {
+    if steps == 0 { s.total_steps } else { steps }.max(1)
 }
 
 /// An integer parameter in `[min, u32::MAX]`, since batches and factors are `u32` in the contract.

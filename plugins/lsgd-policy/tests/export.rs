@@ -2,7 +2,7 @@
 //! own `export_prefix`, so the exported symbols of the modules do not collide) and exports a
 //! policy into it. wit-bindgen's `Guest` traits are plain Rust, so the tests call the "guest"
 //! the way the host's bindings would, without a WebAssembly runtime: conversions, `observe`
-//! before every call, and `snapshot`/`restore` are checked here, and `build-plugins.sh` checks
+//! before every call (but 0.4's `momentum`), and `snapshot`/`restore` are checked here, and `build-plugins.sh` checks
 //! that the same expansions build as components.
 
 use lsgd_policy::{Info, ParamSpec, Params, Policy, State, Stateful};
@@ -81,6 +81,16 @@ impl lsgd_policy::BatchSize for Counter {
 impl lsgd_policy::LabelSmoothing for Counter {
     fn epsilon(&self, _s: &State) -> f32 {
         self.count as f32 / 100.0
+    }
+}
+
+impl lsgd_policy::Schedule for Counter {
+    fn learning_rate(&self, _s: &State) -> f64 {
+        f64::from(self.count)
+    }
+
+    fn momentum(&self, _s: &State) -> Option<f64> {
+        Some(f64::from(self.count) / 100.0)
     }
 }
 
@@ -327,5 +337,86 @@ mod warmup_v0_1 {
             lsgd_policy::copy_train_state!(s => lsgd::policy::types::TrainState),
         );
         assert_eq!(lr, 0.1);
+    }
+}
+
+mod one_cycle_v0_4 {
+    wit_bindgen::generate!({
+        path: "../../wit/v0.4.0",
+        world: "schedule-plugin",
+        export_prefix: "one_cycle",
+    });
+    lsgd_policy::export_schedule!(lsgd_policy::one_cycle::OneCycle, momentum);
+
+    use exports::lsgd::policy::{plugin::Guest as _, schedule::Guest as _};
+    use lsgd::policy::types::{Param, ParamValue};
+    use lsgd_policy::{Params, State, Value};
+
+    #[test]
+    fn exports_learning_rate_and_momentum_as_the_native_twins() {
+        assert_eq!(__LsgdExport::describe().name, "one-cycle");
+        __LsgdExport::configure(vec![
+            Param {
+                name: "three_phase".into(),
+                value: ParamValue::Boolean(true),
+            },
+            Param {
+                name: "total_steps".into(),
+                value: ParamValue::Integer(40),
+            },
+        ])
+        .unwrap();
+        let given = Params(vec![
+            ("three_phase".into(), Value::Boolean(true)),
+            ("total_steps".into(), Value::Integer(40)),
+        ]);
+        let mut lr = lsgd_policy::native("one-cycle", &given).unwrap().unwrap();
+        let mut momentum = lsgd_policy::native_momentum("one-cycle", &given)
+            .unwrap()
+            .unwrap();
+        for step in 0..45 {
+            let s = State {
+                total_steps: 50,
+                ..super::at(step, 0, None)
+            };
+            let wit = lsgd_policy::copy_train_state!(s => lsgd::policy::types::TrainState);
+            assert_eq!(
+                __LsgdExport::learning_rate(wit).to_bits(),
+                lr(&s).to_bits(),
+                "step {step}"
+            );
+            let m = __LsgdExport::momentum(wit);
+            assert_eq!(m.map(f64::to_bits), momentum(&s).map(f64::to_bits));
+            assert!(m.is_some_and(|m| (0.85..=0.95).contains(&m)), "step {step}");
+        }
+    }
+}
+
+mod stateful_v0_4 {
+    wit_bindgen::generate!({
+        path: "../../wit/v0.4.0",
+        world: "stateful-schedule-plugin",
+        export_prefix: "stateful_v0_4",
+    });
+    lsgd_policy::export_stateful_schedule!(super::Counter, momentum);
+
+    use exports::lsgd::policy::{schedule::Guest as _, state::Guest as _};
+
+    fn wit(step: u64) -> lsgd::policy::types::TrainState {
+        lsgd_policy::copy_train_state!(super::at(step, 0, None) => lsgd::policy::types::TrainState)
+    }
+
+    #[test]
+    fn learning_rate_observes_and_momentum_does_not() {
+        assert_eq!(__LsgdExport::learning_rate(wit(0)), 1.0);
+        assert_eq!(__LsgdExport::momentum(wit(0)), Some(0.01));
+        // A momentum call at a new step sees what learning-rate last observed, nothing more.
+        assert_eq!(__LsgdExport::momentum(wit(1)), Some(0.01));
+        assert_eq!(__LsgdExport::learning_rate(wit(1)), 2.0);
+        assert_eq!(__LsgdExport::momentum(wit(1)), Some(0.02));
+        let snap = __LsgdExport::snapshot();
+        assert_eq!(__LsgdExport::learning_rate(wit(2)), 3.0);
+        __LsgdExport::restore(snap).unwrap();
+        assert_eq!(__LsgdExport::momentum(wit(2)), Some(0.02));
     }
 }

@@ -15,7 +15,7 @@ use wasmtime::{AsContextMut, Result};
 use super::contract::{Binding, PolicyKind};
 use super::sandbox::Sandbox;
 use super::types::Output;
-use super::{v0_1, v0_2, v0_3};
+use super::{v0_1, v0_2, v0_3, v0_4};
 
 /// Everything a version's bindings share, expanded in the version's module (where its
 /// generated interface modules are in scope): `Indices` and `Bound` over the `plugin`
@@ -225,7 +225,47 @@ macro_rules! codec_calls {
     };
 }
 
-pub(super) use {codec_calls, version_bindings};
+/// `multipliers` on a version's `Bound`, through its generated `layer_rate` module (0.3 and
+/// later), and the conversion of the host's tensor norms to its records.
+macro_rules! layer_rate_calls {
+    () => {
+        impl Bound {
+            /// Calls a layer-rate plugin's `multipliers` (unchecked: the caller knows the
+            /// contract's rules and reports a violation with the tensor it concerns).
+            pub fn multipliers(
+                &self,
+                store: impl AsContextMut<Data = Sandbox>,
+                state: &State,
+                tensors: &[TensorNorms],
+            ) -> Result<Vec<f64>> {
+                let KindFuncs::LayerRate(f) = &self.kind else {
+                    wasmtime::bail!("not a layer-rate plugin");
+                };
+                let records: Vec<layer_rate::TensorNorms> =
+                    tensors.iter().map(tensor_norms).collect();
+                f.call_multipliers(store, train_state(state), &records)
+            }
+        }
+
+        fn tensor_norms(t: &TensorNorms) -> layer_rate::TensorNorms {
+            layer_rate::TensorNorms {
+                name: t.name.clone(),
+                shape: t.shape.clone(),
+                role: match t.role {
+                    Role::Weight => layer_rate::Role::Weight,
+                    Role::Bias => layer_rate::Role::Bias,
+                    Role::BatchNorm => layer_rate::Role::Batchnorm,
+                },
+                weight_norm: t.weight_norm,
+                grad_norm: t.grad_norm,
+                update_norm: t.update_norm,
+                weight_decay: t.weight_decay,
+            }
+        }
+    };
+}
+
+pub(super) use {codec_calls, layer_rate_calls, version_bindings};
 
 /// Export indices of one component, in the bindings of its version.
 pub enum Indices {
@@ -235,6 +275,8 @@ pub enum Indices {
     V0_2(v0_2::Indices),
     /// `lsgd:policy@0.3.x`.
     V0_3(v0_3::Indices),
+    /// `lsgd:policy@0.4.x`.
+    V0_4(v0_4::Indices),
 }
 
 /// The typed functions of one live instance, in the bindings of its version.
@@ -245,6 +287,8 @@ pub enum Bound {
     V0_2(v0_2::Bound),
     /// `lsgd:policy@0.3.x`.
     V0_3(v0_3::Bound),
+    /// `lsgd:policy@0.4.x`.
+    V0_4(v0_4::Bound),
 }
 
 /// Runs the same expression on the bound functions of whichever version `$bound` holds.
@@ -254,6 +298,7 @@ macro_rules! each_version {
             Bound::V0_1($b) => $e,
             Bound::V0_2($b) => $e,
             Bound::V0_3($b) => $e,
+            Bound::V0_4($b) => $e,
         }
     };
 }
@@ -265,6 +310,21 @@ macro_rules! codec_versions {
             Bound::V0_1(_) => wasmtime::bail!("contract 0.1 has no codec interface"),
             Bound::V0_2($b) => $e,
             Bound::V0_3($b) => $e,
+            Bound::V0_4($b) => $e,
+        }
+    };
+}
+
+/// Like [`each_version!`] over the versions with the `layer-rate` and `state` interfaces (0.3
+/// and later); `$what` names the interface in the error for older ones.
+macro_rules! since_0_3 {
+    ($bound:expr, $what:expr, $b:ident => $e:expr) => {
+        match $bound {
+            Bound::V0_3($b) => $e,
+            Bound::V0_4($b) => $e,
+            Bound::V0_1(_) | Bound::V0_2(_) => {
+                wasmtime::bail!("contracts before 0.3 have no {} interface", $what)
+            }
         }
     };
 }
@@ -282,6 +342,7 @@ impl Indices {
             Binding::V0_1 => Indices::V0_1(v0_1::Indices::new(pre, kind, stateful)?),
             Binding::V0_2 => Indices::V0_2(v0_2::Indices::new(pre, kind, stateful)?),
             Binding::V0_3 => Indices::V0_3(v0_3::Indices::new(pre, kind, stateful)?),
+            Binding::V0_4 => Indices::V0_4(v0_4::Indices::new(pre, kind, stateful)?),
         })
     }
 
@@ -291,6 +352,7 @@ impl Indices {
             Indices::V0_1(i) => Bound::V0_1(i.bind(store, instance)?),
             Indices::V0_2(i) => Bound::V0_2(i.bind(store, instance)?),
             Indices::V0_3(i) => Bound::V0_3(i.bind(store, instance)?),
+            Indices::V0_4(i) => Bound::V0_4(i.bind(store, instance)?),
         })
     }
 }
@@ -315,10 +377,15 @@ impl Bound {
         each_version!(self, b => b.call(store, state))
     }
 
-    fn v0_3_or_later(&self, what: &str) -> Result<&v0_3::Bound> {
+    /// Calls a schedule's `momentum` (0.4 and later); older schedules have none to give.
+    pub fn momentum(
+        &self,
+        store: impl AsContextMut<Data = Sandbox>,
+        state: &State,
+    ) -> Result<Option<f64>> {
         match self {
-            Bound::V0_3(b) => Ok(b),
-            _ => wasmtime::bail!("contracts before 0.3 have no {what} interface"),
+            Bound::V0_4(b) => b.momentum(store, state),
+            _ => Ok(None),
         }
     }
 
@@ -355,13 +422,12 @@ impl Bound {
         state: &State,
         tensors: &[TensorNorms],
     ) -> Result<Vec<f64>> {
-        self.v0_3_or_later("layer-rate")?
-            .multipliers(store, state, tensors)
+        since_0_3!(self, "layer-rate", b => b.multipliers(store, state, tensors))
     }
 
     /// Calls a stateful plugin's `snapshot`.
     pub fn snapshot(&self, store: impl AsContextMut<Data = Sandbox>) -> Result<Vec<u8>> {
-        self.v0_3_or_later("state")?.snapshot(store)
+        since_0_3!(self, "state", b => b.snapshot(store))
     }
 
     /// Calls a stateful plugin's `restore`; the inner error is the plugin's own message.
@@ -370,6 +436,6 @@ impl Bound {
         store: impl AsContextMut<Data = Sandbox>,
         snapshot: &[u8],
     ) -> Result<std::result::Result<(), String>> {
-        self.v0_3_or_later("state")?.restore(store, snapshot)
+        since_0_3!(self, "state", b => b.restore(store, snapshot))
     }
 }

@@ -156,13 +156,18 @@ pub const SUPPORTED: &[Version] = &[
         minor: 3,
         patch: 0,
     },
+    Version {
+        major: 0,
+        minor: 4,
+        patch: 0,
+    },
 ];
 
 /// The interface a stateful plugin exports besides its kind's (contract 0.3 and later).
 pub const STATE_INTERFACE: &str = "state";
 
 /// The bindings the host uses for a plugin: one variant per released minor version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Binding {
     /// `lsgd:policy@0.1.x`, bound by [`super::v0_1`].
     V0_1,
@@ -170,6 +175,8 @@ pub enum Binding {
     V0_2,
     /// `lsgd:policy@0.3.x`, bound by [`super::v0_3`].
     V0_3,
+    /// `lsgd:policy@0.4.x`, bound by [`super::v0_4`].
+    V0_4,
 }
 
 /// What a component's exports say about it.
@@ -274,6 +281,7 @@ fn binding_for(v: Version) -> Result<Binding, String> {
         (0, 1) => Ok(Binding::V0_1),
         (0, 2) => Ok(Binding::V0_2),
         (0, 3) => Ok(Binding::V0_3),
+        (0, 4) => Ok(Binding::V0_4),
         (0, _) if v > *SUPPORTED.last().expect("at least one version") => Err(format!(
             "built against {PACKAGE}@{v}, newer than this host ({supported}); upgrade lsgd-host"
         )),

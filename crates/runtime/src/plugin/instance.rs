@@ -20,7 +20,7 @@ use wasmtime::{Engine, Store, Trap, WasmBacktrace};
 
 use super::binding::{Bound, Indices};
 use super::cache::Origin;
-use super::contract::{Contract, PolicyKind};
+use super::contract::{Binding, Contract, PolicyKind};
 use super::error::{Fault, PluginError, wasm_msg};
 use super::params;
 use super::runtime::Metering;
@@ -357,6 +357,18 @@ impl Plugin {
         let name = self.call_name();
         self.invoke(name, Some(state.step), Budget::Policy, |b, store| {
             b.call(store, state)
+        })
+    }
+
+    /// Calls a schedule's `momentum` for `state` (contract 0.4; `None` from older schedules
+    /// without a call), unchecked like [`Plugin::call`].
+    pub fn momentum(&mut self, state: &State) -> Result<Option<f64>, PluginError> {
+        if self.contract.binding < Binding::V0_4 {
+            return Ok(None);
+        }
+        self.before_call(state.step)?;
+        self.invoke("momentum", Some(state.step), Budget::Policy, |b, store| {
+            b.momentum(store, state)
         })
     }
 

@@ -7,7 +7,7 @@ use lsgd_policy::{Info, Role, State, TensorNorms, Value};
 use wasmtime::component::{Instance, InstancePre};
 use wasmtime::{AsContextMut, Result};
 
-use super::binding::{codec_calls, version_bindings};
+use super::binding::{codec_calls, layer_rate_calls, version_bindings};
 use super::contract::PolicyKind;
 use super::sandbox::Sandbox;
 use super::types::{Output, train_state};
@@ -35,36 +35,4 @@ version_bindings! {
     state: state,
 }
 codec_calls!();
-
-impl Bound {
-    /// Calls a layer-rate plugin's `multipliers` (unchecked: the caller knows the contract's
-    /// rules and reports a violation with the tensor it concerns).
-    pub fn multipliers(
-        &self,
-        store: impl AsContextMut<Data = Sandbox>,
-        state: &State,
-        tensors: &[TensorNorms],
-    ) -> Result<Vec<f64>> {
-        let KindFuncs::LayerRate(f) = &self.kind else {
-            wasmtime::bail!("not a layer-rate plugin");
-        };
-        let records: Vec<layer_rate::TensorNorms> = tensors.iter().map(tensor_norms).collect();
-        f.call_multipliers(store, train_state(state), &records)
-    }
-}
-
-fn tensor_norms(t: &TensorNorms) -> layer_rate::TensorNorms {
-    layer_rate::TensorNorms {
-        name: t.name.clone(),
-        shape: t.shape.clone(),
-        role: match t.role {
-            Role::Weight => layer_rate::Role::Weight,
-            Role::Bias => layer_rate::Role::Bias,
-            Role::BatchNorm => layer_rate::Role::Batchnorm,
-        },
-        weight_norm: t.weight_norm,
-        grad_norm: t.grad_norm,
-        update_norm: t.update_norm,
-        weight_decay: t.weight_decay,
-    }
-}
+layer_rate_calls!();

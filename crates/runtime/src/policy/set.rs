@@ -3,11 +3,13 @@
 //! label-smoothing policy (they see the batch it returned). Every output is range-checked here,
 //! so a bad value stops training with an error that names the plugin, the call and the step.
 //! The layer-rate policy is asked later in the step, once the gradients are summed
-//! ([`PolicySet::layer_rates`]), and the codec by the trainer's gradient exchange.
+//! ([`PolicySet::layer_rates`]), and the codec by the trainer's gradient exchange. The schedule
+//! may be several plugins composed ([`Composition`]); each part is a plugin of its own.
 
 use lsgd_policy::{State, TensorNorms};
 
 use super::clock::Clock;
+use super::compose::Composition;
 use crate::plugin::{Fault, Output, Plugin, PluginError, PolicyKind};
 use crate::{Error, Result};
 
@@ -18,6 +20,9 @@ pub struct Decision {
     pub state: State,
     /// Learning rate.
     pub lr: f64,
+    /// Momentum (SGD) or beta1 (AdamW) from the schedule (contract 0.4); `None` keeps the
+    /// configured value.
+    pub momentum: Option<f64>,
     /// Global batch.
     pub global_batch: u32,
     /// Label-smoothing epsilon.
@@ -68,11 +73,32 @@ struct Holding {
     in_a_row: u32,
 }
 
-/// A held output: a policy's value or a layer-rate plugin's multipliers.
+/// A held output: a policy's value, a schedule's rates or a layer-rate plugin's multipliers.
 #[derive(Clone)]
 enum HeldOutput {
     Value(f64),
+    Rates(f64, Option<f64>),
     Multipliers(Vec<f64>),
+}
+
+/// A plugin's place in a [`PolicySet`]: its kind and, for a composed schedule, its part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// The kind.
+    pub kind: PolicyKind,
+    /// Its index among the parts of a composed schedule; 0 for every other plugin.
+    pub part: usize,
+}
+
+impl Slot {
+    /// The slot's name in checkpoints and messages: the kind, then `.N` for a schedule's
+    /// later parts (`schedule`, `schedule.1`), so checkpoints of single plugins read as before.
+    pub fn key(&self) -> String {
+        match self.part {
+            0 => self.kind.to_string(),
+            n => format!("{}.{n}", self.kind),
+        }
+    }
 }
 
 /// A policy formula compiled into the host, its output widened to f64 like
@@ -83,8 +109,12 @@ pub use lsgd_policy::NativeFn;
 /// unscaled, the initial batch, no smoothing, uncompressed gradients, every tensor at the
 /// step's LR).
 pub struct PolicySet {
-    /// The plugin of each kind, by [`PolicyKind::EVERY`] index.
+    /// The plugin of each kind, by [`PolicyKind::EVERY`] index (a composed schedule's part 0).
     plugins: [Option<Plugin>; 5],
+    /// A composed schedule's parts after the first.
+    later: Vec<Plugin>,
+    /// How the schedule's parts make one.
+    composition: Composition,
     /// Native twins answering instead of the plugins, by the same index; only `bench train`
     /// sets them, to price the sandbox inside a real training loop.
     native: [Option<NativeFn>; 5],
@@ -110,6 +140,8 @@ impl PolicySet {
     pub fn new(plugins: Vec<Plugin>, bounds: Bounds) -> Result<Self> {
         let mut set = PolicySet {
             plugins: Default::default(),
+            later: Vec::new(),
+            composition: Composition::Single,
             native: Default::default(),
             bounds,
             on_fault: OnFault::Abort,
@@ -129,6 +161,119 @@ impl PolicySet {
             *slot = Some(p);
         }
         Ok(set)
+    }
+
+    /// Makes the schedule a composition of the loaded schedule (part 0) and `later`, checked:
+    /// every part a schedule, milestones that fit the parts, and no sequential schedule beside
+    /// a batch-size policy (a later part's clock starts at its milestone's samples, which a
+    /// changing batch would leave unknown).
+    pub fn compose(&mut self, later: Vec<Plugin>, composition: Composition) -> Result<()> {
+        let first = self.get(PolicyKind::Schedule).ok_or_else(|| {
+            Error::Composition("a composed schedule needs --schedule for its first part".into())
+        })?;
+        let first = first.label().to_string();
+        if let Some(p) = later.iter().find(|p| p.kind() != PolicyKind::Schedule) {
+            return Err(Error::Composition(format!(
+                "{} is a {} plugin; every part of a composed schedule is a schedule",
+                p.label(),
+                p.kind()
+            )));
+        }
+        composition
+            .check(later.len() + 1)
+            .map_err(|m| Error::Composition(format!("schedule {first}: {m}")))?;
+        if matches!(composition, Composition::Sequential(_))
+            && let Some(b) = self.get(PolicyKind::BatchSize)
+        {
+            return Err(Error::Composition(format!(
+                "a sequential schedule cannot run beside the batch-size policy {}: a later \
+                 part's clock starts at its milestone, whose samples a changing batch leaves \
+                 unknown (compose with --chain instead, or drop the batch-size policy)",
+                b.label()
+            )));
+        }
+        self.later = later;
+        self.composition = composition;
+        Ok(())
+    }
+
+    /// How the schedule's parts make one ([`Composition::Single`] unless composed).
+    pub fn composition(&self) -> &Composition {
+        &self.composition
+    }
+
+    /// Every loaded plugin with its slot, in [`PolicyKind::EVERY`] order, a composed
+    /// schedule's parts in order: what identity checks, checkpoints and `inspect` list.
+    pub fn plugins(&self) -> Vec<(Slot, &Plugin)> {
+        let mut out = Vec::new();
+        for (kind, p) in PolicyKind::EVERY.iter().zip(&self.plugins) {
+            if let Some(p) = p {
+                out.push((
+                    Slot {
+                        kind: *kind,
+                        part: 0,
+                    },
+                    p,
+                ));
+            }
+            if *kind == PolicyKind::Schedule {
+                out.extend(self.later.iter().enumerate().map(|(i, p)| {
+                    let slot = Slot {
+                        kind: *kind,
+                        part: i + 1,
+                    };
+                    (slot, p)
+                }));
+            }
+        }
+        out
+    }
+
+    /// How checkpoints and the ranks' comparison name the plugin in `slot`: its key, and for a
+    /// composed schedule's later part its place in the composition (`schedule.1 (from step
+    /// 30)`, `schedule.1 (chained)`), so a different composition is a different run.
+    pub fn slot_label(&self, slot: Slot) -> String {
+        match (&self.composition, slot.part) {
+            (_, 0) | (Composition::Single, _) => slot.key(),
+            (Composition::Sequential(m), n) => format!("{} (from step {})", slot.key(), m[n - 1]),
+            (Composition::Chained, _) => format!("{} (chained)", slot.key()),
+        }
+    }
+
+    /// [`PolicySet::plugins`], to call.
+    pub fn plugins_mut(&mut self) -> Vec<(Slot, &mut Plugin)> {
+        let mut later = Some(self.later.iter_mut());
+        let mut out = Vec::new();
+        for (kind, p) in PolicyKind::EVERY.iter().zip(self.plugins.iter_mut()) {
+            if let Some(p) = p {
+                out.push((
+                    Slot {
+                        kind: *kind,
+                        part: 0,
+                    },
+                    p,
+                ));
+            }
+            if *kind == PolicyKind::Schedule {
+                let parts = later.take().into_iter().flatten().enumerate();
+                out.extend(parts.map(|(i, p)| {
+                    let slot = Slot {
+                        kind: *kind,
+                        part: i + 1,
+                    };
+                    (slot, p)
+                }));
+            }
+        }
+        out
+    }
+
+    /// The schedule's part `part` (0: the `--schedule` plugin).
+    fn schedule_part(&mut self, part: usize) -> Option<&mut Plugin> {
+        match part {
+            0 => self.plugins[index(PolicyKind::Schedule)].as_mut(),
+            n => self.later.get_mut(n - 1),
+        }
     }
 
     /// Sets what a plugin fault does from now on.
@@ -162,13 +307,13 @@ impl PolicySet {
         self.get_mut(PolicyKind::Codec)
     }
 
-    /// The state of every stateful plugin as of the start of `step`, in [`PolicyKind::EVERY`]
-    /// order: what a checkpoint stores and the ranks compare.
-    pub fn states_at(&mut self, step: u64) -> Result<Vec<(PolicyKind, Vec<u8>)>, PluginError> {
+    /// The state of every stateful plugin as of the start of `step`, in the order of
+    /// [`PolicySet::plugins`]: what a checkpoint stores and the ranks compare.
+    pub fn states_at(&mut self, step: u64) -> Result<Vec<(Slot, Vec<u8>)>, PluginError> {
         let mut out = Vec::new();
-        for p in self.plugins.iter_mut().flatten() {
+        for (slot, p) in self.plugins_mut() {
             if let Some(bytes) = p.state_at(step)? {
-                out.push((p.kind(), bytes));
+                out.push((slot, bytes));
             }
         }
         Ok(out)
@@ -189,10 +334,68 @@ impl PolicySet {
         let Some(p) = &mut self.plugins[i] else {
             return Ok(None);
         };
-        let result = check_output(p, state, self.bounds).map(|o| HeldOutput::Value(o.as_f64()));
+        let result = check_output(p, state, self.bounds)
+            .map(|o| HeldOutput::Value(o.as_f64()))
+            .map_err(|e| (0, e));
         match self.hold(i, result)? {
             HeldOutput::Value(v) => Ok(Some(v)),
-            HeldOutput::Multipliers(_) => unreachable!("a policy holds a value"),
+            _ => unreachable!("a policy holds a value"),
+        }
+    }
+
+    /// The schedule's learning rate and momentum for `state`, its parts composed; `None`
+    /// without a schedule. `samples_per_epoch` is the run's (a sequential part's clock).
+    fn schedule(
+        &mut self,
+        state: &State,
+        samples_per_epoch: u64,
+    ) -> Result<Option<(f64, Option<f64>)>, PluginError> {
+        let i = index(PolicyKind::Schedule);
+        if let Some(twin) = &mut self.native[i] {
+            return Ok(Some((twin(state), None)));
+        }
+        if self.plugins[i].is_none() {
+            return Ok(None);
+        }
+        let result = self
+            .composed_rates(state, samples_per_epoch)
+            .map(|(lr, m)| HeldOutput::Rates(lr, m));
+        match self.hold(i, result)? {
+            HeldOutput::Rates(lr, m) => Ok(Some((lr, m))),
+            _ => unreachable!("a schedule holds rates"),
+        }
+    }
+
+    /// Asks the part(s) the composition names; a fault comes with the index of its part.
+    fn composed_rates(
+        &mut self,
+        state: &State,
+        samples_per_epoch: u64,
+    ) -> Result<(f64, Option<f64>), (usize, PluginError)> {
+        let bounds = self.bounds;
+        let composition = self.composition.clone();
+        let later = self.later.len();
+        let mut rates = |part: usize, state: &State| {
+            let p = self
+                .schedule_part(part)
+                .expect("the composition fits its parts");
+            let lr = check_output(p, state, bounds).map_err(|e| (part, e))?;
+            let momentum = check_momentum(p, state).map_err(|e| (part, e))?;
+            Ok((lr.as_f64(), momentum))
+        };
+        match composition.active(state.step) {
+            Some(part) => rates(part, &composition.view(part, state, samples_per_epoch)),
+            None => {
+                let (mut lr, mut momentum) = rates(0, state)?;
+                let factor_state = Composition::factor_view(state);
+                for part in 1..=later {
+                    let (factor, m) = rates(part, &factor_state)?;
+                    lr *= factor;
+                    // As in ChainedScheduler, where each scheduler sets the momentum in turn.
+                    momentum = m.or(momentum);
+                }
+                Ok((lr, momentum))
+            }
         }
     }
 
@@ -202,10 +405,10 @@ impl PolicySet {
     fn hold(
         &mut self,
         i: usize,
-        result: Result<HeldOutput, PluginError>,
+        result: Result<HeldOutput, (usize, PluginError)>,
     ) -> Result<HeldOutput, PluginError> {
         let holding = &mut self.holding[i];
-        let fault = match result {
+        let (part, fault) = match result {
             Ok(out) => {
                 holding.last = Some(out.clone());
                 holding.in_a_row = 0;
@@ -230,7 +433,11 @@ impl PolicySet {
             return Err(fault);
         }
         let in_a_row = holding.in_a_row;
-        if let Some(p) = &mut self.plugins[i] {
+        let faulted = match part {
+            0 => self.plugins[i].as_mut(),
+            n => self.later.get_mut(n - 1),
+        };
+        if let Some(p) = faulted {
             // The faulted instance is gone; a fresh one answers the next step. One that cannot
             // even be recreated stops the run.
             p.reset().map_err(|e| match fault.step {
@@ -253,10 +460,12 @@ impl PolicySet {
         let Some(plugin) = &mut self.plugins[i] else {
             return Ok(None);
         };
-        let result = check_multipliers(plugin, state, tensors).map(HeldOutput::Multipliers);
+        let result = check_multipliers(plugin, state, tensors)
+            .map(HeldOutput::Multipliers)
+            .map_err(|e| (0, e));
         match self.hold(i, result)? {
             HeldOutput::Multipliers(m) => Ok(Some(m)),
-            HeldOutput::Value(_) => unreachable!("a layer-rate plugin holds multipliers"),
+            _ => unreachable!("a layer-rate plugin holds multipliers"),
         }
     }
 
@@ -268,15 +477,16 @@ impl PolicySet {
             None => configured.global_batch,
         };
         let state = clock.state_with_batch(global_batch);
-        let lr = self
-            .ask(PolicyKind::Schedule, &state)?
-            .unwrap_or(state.base_lr);
+        let (lr, momentum) = self
+            .schedule(&state, clock.shape().samples_per_epoch)?
+            .unwrap_or((state.base_lr, None));
         let label_smoothing = self
             .ask(PolicyKind::LabelSmoothing, &state)?
             .map_or(0.0, |e| e as f32);
         Ok(Decision {
             state,
             lr,
+            momentum,
             global_batch,
             label_smoothing,
         })
@@ -319,6 +529,25 @@ pub fn check_output(
                 .at_step(state.step),
         ),
         None => Ok(out),
+    }
+}
+
+/// Calls a schedule `plugin`'s `momentum` (contract 0.4) and applies the contract's range
+/// check: `None`, or finite and in [0, 1).
+pub fn check_momentum(plugin: &mut Plugin, state: &State) -> Result<Option<f64>, PluginError> {
+    let out = match plugin.momentum(state) {
+        // As in check_output: one retry on a fresh (restored) instance.
+        Err(e) if matches!(e.fault, Fault::Deadline { .. }) => plugin.momentum(state)?,
+        r => r?,
+    };
+    match out {
+        Some(m) if !(m.is_finite() && (0.0..1.0).contains(&m)) => Err(PluginError::new(
+            plugin.label(),
+            "momentum",
+            Fault::BadOutput(format!("momentum {m}: must be finite and in [0, 1)")),
+        )
+        .at_step(state.step)),
+        m => Ok(m),
     }
 }
 

@@ -87,6 +87,8 @@ pub struct AdamW {
     /// Updates taken (t of the bias corrections).
     steps: u64,
     last_lr: Option<f64>,
+    /// `--adam-beta1`, which a schedule's momentum overrides step by step.
+    configured_beta1: f64,
 }
 
 impl AdamW {
@@ -102,6 +104,7 @@ impl AdamW {
             decay,
             steps: 0,
             last_lr: None,
+            configured_beta1: config.beta1,
         }
     }
 }
@@ -138,6 +141,10 @@ impl Optimizer for AdamW {
             let v = &self.exp_avg_sq[i] * beta2 + g * g * (1.0 - beta2);
             m / correction1 / (v.sqrt() / correction2_sqrt + eps) + w * self.decay[i]
         })
+    }
+
+    fn set_momentum(&mut self, momentum: Option<f64>) {
+        self.config.beta1 = momentum.unwrap_or(self.configured_beta1);
     }
 
     fn step(&mut self, lr: f64, scale: &LrScale) {

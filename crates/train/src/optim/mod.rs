@@ -189,6 +189,12 @@ pub trait Optimizer {
     /// without changing any state.
     fn norms(&self) -> Vec<Norms>;
 
+    /// Sets the momentum of the coming steps (SGD's momentum, AdamW's β1), from a schedule that
+    /// drives it (contract 0.4); `None` restores the configured value. It takes effect for
+    /// [`Optimizer::norms`] and [`Optimizer::step`] alike, with torch's semantics: SGD's buffer
+    /// decays by the step's momentum, AdamW's bias correction is 1 − β1ᵗ with the step's β1.
+    fn set_momentum(&mut self, momentum: Option<f64>);
+
     /// Applies one update at learning rate `lr` (each tensor's scaled by `scale`) from the
     /// accumulated gradients; tensors without a gradient are left alone.
     fn step(&mut self, lr: f64, scale: &LrScale);

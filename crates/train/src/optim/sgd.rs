@@ -112,6 +112,8 @@ pub struct Sgd {
     /// The exchange applies momentum and decay (`--error-feedback momentum`): step along the
     /// gradient as it is.
     momentum_in_exchange: bool,
+    /// `--momentum`, which a schedule's momentum overrides step by step.
+    configured_momentum: f64,
 }
 
 impl Sgd {
@@ -128,6 +130,7 @@ impl Sgd {
             history,
             last_lr: None,
             momentum_in_exchange: false,
+            configured_momentum: config.momentum,
         }
     }
 
@@ -232,6 +235,10 @@ impl Optimizer for Sgd {
             };
             self.unit_update(i, &d)
         })
+    }
+
+    fn set_momentum(&mut self, momentum: Option<f64>) {
+        self.config.momentum = momentum.unwrap_or(self.configured_momentum);
     }
 
     fn step(&mut self, lr: f64, scale: &LrScale) {

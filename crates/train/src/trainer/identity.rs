@@ -3,7 +3,7 @@
 //! with the same parameters.
 
 use lsgd_collective::World;
-use lsgd_runtime::plugin::{self, Plugin, PolicyKind};
+use lsgd_runtime::plugin::{self, Plugin};
 use lsgd_runtime::policy::PolicySet;
 
 use crate::checkpoint::PluginRecord;
@@ -19,11 +19,11 @@ pub(super) fn identity(plugins: &[PluginRecord]) -> Vec<String> {
 
 /// What a checkpoint records of each loaded plugin.
 pub(super) fn plugin_records(policies: &PolicySet) -> Vec<PluginRecord> {
-    PolicyKind::EVERY
-        .iter()
-        .filter_map(|k| policies.get(*k))
-        .map(|p: &Plugin| PluginRecord {
-            kind: p.kind().to_string(),
+    policies
+        .plugins()
+        .into_iter()
+        .map(|(slot, p): (_, &Plugin)| PluginRecord {
+            kind: policies.slot_label(slot),
             file: p.label().to_string(),
             blake3: p.facts().blake3.clone(),
             name: p.info().name.clone(),

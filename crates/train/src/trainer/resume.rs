@@ -4,7 +4,6 @@
 
 use std::path::Path;
 
-use lsgd_runtime::plugin::PolicyKind;
 use lsgd_runtime::policy::Clock;
 use tch::Tensor;
 use tch::nn::VarStore;
@@ -82,22 +81,20 @@ impl Trainer<'_> {
 
     /// Puts every stateful plugin back into the state the checkpoint recorded for it.
     fn restore_policy_state(&mut self, meta: &Meta, path: &Path) -> Result<()> {
-        for kind in PolicyKind::EVERY {
-            let Some(plugin) = self.policies.get_mut(kind) else {
-                continue;
-            };
+        for (slot, plugin) in self.policies.plugins_mut() {
             if !plugin.stateful() {
                 continue;
             }
-            let saved = meta.policy_state.get(&kind.to_string()).ok_or_else(|| {
+            let key = slot.key();
+            let saved = meta.policy_state.get(&key).ok_or_else(|| {
                 Error::Checkpoint(format!(
-                    "{} has no state for the stateful {kind} plugin {}",
+                    "{} has no state for the stateful {key} plugin {}",
                     path.display(),
                     plugin.label()
                 ))
             })?;
             let bytes = checkpoint::unhex(saved)
-                .map_err(|e| Error::Checkpoint(format!("{}: {kind} state: {e}", path.display())))?;
+                .map_err(|e| Error::Checkpoint(format!("{}: {key} state: {e}", path.display())))?;
             plugin.restore(meta.step, bytes).map_err(Error::from)?;
         }
         Ok(())

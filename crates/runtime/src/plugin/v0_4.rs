@@ -1,0 +1,51 @@
+//! Host bindings for `lsgd:policy@0.4.x` (`wit/v0.4.0/`): 0.3's interfaces unchanged but for
+//! the schedule's second function, `momentum`. Its `types` interface is the one
+//! [`super::types`] generates; the shared parts come from the macros of [`super::binding`].
+
+use lsgd_policy::{Info, Role, State, TensorNorms, Value};
+use wasmtime::component::{Instance, InstancePre};
+use wasmtime::{AsContextMut, Result};
+
+use super::binding::{codec_calls, layer_rate_calls, version_bindings};
+use super::contract::PolicyKind;
+use super::sandbox::Sandbox;
+use super::types::{Output, train_state};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v0.4.0",
+        world: "host-view",
+        with: { "lsgd:policy/types@0.4.0": crate::plugin::types::wit },
+    });
+}
+
+use bindings::exports::lsgd::policy::{
+    batch_size, codec, label_smoothing, layer_rate, plugin, schedule, state,
+};
+
+version_bindings! {
+    kinds: [
+        Schedule => schedule,
+        BatchSize => batch_size,
+        LabelSmoothing => label_smoothing,
+        Codec => codec,
+        LayerRate => layer_rate,
+    ],
+    state: state,
+}
+codec_calls!();
+layer_rate_calls!();
+
+impl Bound {
+    /// Calls a schedule's `momentum` (unchecked: the caller applies the contract's range).
+    pub fn momentum(
+        &self,
+        store: impl AsContextMut<Data = Sandbox>,
+        state: &State,
+    ) -> Result<Option<f64>> {
+        let KindFuncs::Schedule(f) = &self.kind else {
+            wasmtime::bail!("not a schedule plugin");
+        };
+        f.call_momentum(store, train_state(state))
+    }
+}
