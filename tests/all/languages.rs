@@ -2,7 +2,9 @@
 //! (`plugins/*-c`, `*-python`, `*-js`, `*-go`, built by `scripts/build-guests.sh`) against the
 //! Rust reference plugins: `lsgd-host compare` bit for bit over whole 90-epoch runs (codecs:
 //! the same payload bytes and reconstructions), the same describe(), and the same configure()
-//! error messages.
+//! error messages. The stateful schedule `lsgd-host new --stateful` writes keeps the same state
+//! in every language: the same snapshot bytes, the same refusal of a bad one, the same state
+//! after a restore.
 //!
 //! They load through the on-disk component cache of the environment (`LSGD_CACHE_DIR`), not a
 //! per-process one: compiling an 18 MB Python component takes ~30 s, loading it back ~5 ms.
@@ -14,6 +16,7 @@ use lsgd_codec::rng::Rng;
 use lsgd_host::plugin::{Cache, Limits, Plugin, Runtime};
 
 use crate::common::*;
+use crate::scaffold::{build_project, new_project_with};
 
 /// The Goyal warmup schedule in every language other than Rust.
 const WARMUPS: &[&str] = &["warmup-c", "warmup-python", "warmup-js", "warmup-go"];
@@ -434,4 +437,49 @@ fn the_c_int8_codec_matches_rust_on_edge_values_and_malformed_payloads() {
         .fault
         .to_string();
     assert!(e.contains("chunk must be in [1, 4294967295], got 0"), "{e}");
+}
+
+#[test]
+fn every_language_stateful_scaffold_snapshots_and_restores_the_same_bytes() {
+    let bytes = |best: f64| Some(best.to_le_bytes().to_vec());
+    let rt = shared_runtime();
+    for lang in ["rust", "c", "python", "js", "go"] {
+        let name = format!("snapshot-{lang}");
+        let (dir, _) = new_project_with(lang, "schedule", &name, true);
+        let mut p = rt.load(&build_project(lang, &dir, &name), None).unwrap();
+        assert!(p.stateful(), "{lang}");
+        p.configure(&[]).unwrap();
+        assert_eq!(
+            p.state_at(0).unwrap(),
+            bytes(0.0),
+            "{lang}: the fresh state"
+        );
+        let mut s = clock(1, 4, 256).state();
+        s.last_metric = Some(0.5);
+        // A second call at one step (a retry, or momentum after learning-rate) changes nothing.
+        p.call(&s).unwrap();
+        p.call(&s).unwrap();
+        s.step = 1;
+        s.last_metric = Some(0.25);
+        p.call(&s).unwrap();
+        assert_eq!(
+            p.state_at(2).unwrap(),
+            bytes(0.5),
+            "{lang}: the best metric"
+        );
+        let e = p.restore(2, vec![1, 2, 3]).unwrap_err().fault.to_string();
+        assert!(
+            e.contains("a snapshot of 3 bytes, expected 8"),
+            "{lang}: {e}"
+        );
+        p.restore(2, 0.75f64.to_le_bytes().to_vec()).unwrap();
+        s.step = 2;
+        s.last_metric = Some(0.6);
+        p.call(&s).unwrap();
+        assert_eq!(
+            p.state_at(3).unwrap(),
+            bytes(0.75),
+            "{lang}: the restored best"
+        );
+    }
 }

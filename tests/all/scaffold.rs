@@ -1,8 +1,12 @@
-//! `lsgd-host new`: a project of every language and kind builds with its one command
-//! (`./build.sh`) into a component of contract 0.3.0 exporting `plugin` and its kind's interface,
-//! and loads in the host: a short trace with a good and with a bad parameter, and the command
-//! `new` suggests. Python components, the slowest to load (~18 MiB that take ~30 s to compile),
-//! are loaded for two kinds only; the exports of all are read without compiling them.
+//! `lsgd-host new`: a project of every language and kind, stateful (`--stateful`) or not, builds
+//! with its one command (`./build.sh`) into a component of contract 0.4.0 exporting `plugin`,
+//! its kind's interface and, if stateful, `state`, and loads in the host: `inspect` names its
+//! world and version, a short trace with a good and with a bad parameter, and the command `new`
+//! suggests; a stateful one is traced with test metrics, which its state (the best metric so far)
+//! turns into other values. In every language a schedule edited to return a momentum shows it
+//! in the trace's `momentum` column. Python components, the slowest to load (~18 MiB that take
+//! ~30 s to compile), are loaded for a few kinds only; the exports of all are read without
+//! compiling them.
 //!
 //! The toolchains are the ones `scripts/build-guests.sh` installs (the test command runs it
 //! first); a missing one fails the test with that hint rather than skipping it.
@@ -48,7 +52,7 @@ pub fn text(o: &Output) -> String {
 }
 
 /// The contract version `new` scaffolds.
-const VERSION: &str = "0.3.0";
+const VERSION: &str = "0.4.0";
 
 /// The `lsgd-plugin-build` that `scripts/build-guests.sh` builds.
 fn plugin_build() -> PathBuf {
@@ -61,19 +65,28 @@ fn plugin_build() -> PathBuf {
     tool(target.join("debug/lsgd-plugin-build"))
 }
 
-/// Creates `NAME` with `lsgd-host new` in a scratch directory and builds it; returns the
-/// component and what `new` printed.
-fn scaffold_and_build(lang: &str, kind: &str) -> (PathBuf, String) {
-    let name = format!("my-{lang}-{kind}");
-    let (dir, hint) = new_project(lang, kind, &name);
+/// Creates a project of `kind` with `lsgd-host new` (`--stateful` if `stateful`) in a scratch
+/// directory and builds it; returns the component and what `new` printed.
+fn scaffold_and_build(lang: &str, kind: &str, stateful: bool) -> (PathBuf, String) {
+    let name = if stateful {
+        format!("my-{lang}-stateful-{kind}")
+    } else {
+        format!("my-{lang}-{kind}")
+    };
+    let (dir, hint) = new_project_with(lang, kind, &name, stateful);
     (build_project(lang, &dir, &name), hint)
 }
 
 /// Creates the project `name` with `lsgd-host new` in a scratch directory; returns its
 /// directory and what `new` printed.
 pub fn new_project(lang: &str, kind: &str, name: &str) -> (PathBuf, String) {
+    new_project_with(lang, kind, name, false)
+}
+
+/// [`new_project`], of the kind's stateful world if `stateful`.
+pub fn new_project_with(lang: &str, kind: &str, name: &str, stateful: bool) -> (PathBuf, String) {
     let dir = scratch(&format!("scaffold-{name}")).join(name);
-    let o = lsgd(&[
+    let mut args = vec![
         "new",
         "--lang",
         lang,
@@ -82,7 +95,11 @@ pub fn new_project(lang: &str, kind: &str, name: &str) -> (PathBuf, String) {
         name,
         "--dir",
         dir.to_str().unwrap(),
-    ]);
+    ];
+    if stateful {
+        args.push("--stateful");
+    }
+    let o = lsgd(&args);
     assert!(o.status.success(), "{}", text(&o));
     let hint = text(&o);
     assert!(hint.contains("./build.sh"), "{hint}");
@@ -125,10 +142,11 @@ pub fn build_project(lang: &str, dir: &Path, name: &str) -> PathBuf {
     wasm
 }
 
-/// The component exports `lsgd:policy/plugin@0.3.0` and `lsgd:policy/KIND@0.3.0`, and nothing
-/// else of the contract (toolchains may add their own exports: componentize-qjs's `init`).
-/// Read from the binary by `lsgd-plugin-build exports`, so that no compilation is needed.
-fn check_exports(wasm: &Path, kind: &str) {
+/// The component exports `lsgd:policy/plugin@0.4.0`, `lsgd:policy/KIND@0.4.0` and, if
+/// `stateful`, `lsgd:policy/state@0.4.0`, and nothing else of the contract (toolchains may add
+/// their own exports: componentize-qjs's `init`). Read from the binary by `lsgd-plugin-build
+/// exports`, so that no compilation is needed.
+fn check_exports(wasm: &Path, kind: &str, stateful: bool) {
     let o = Command::new(plugin_build())
         .arg("exports")
         .arg(wasm)
@@ -141,10 +159,13 @@ fn check_exports(wasm: &Path, kind: &str) {
         .filter(|e| e.starts_with("lsgd:policy/"))
         .collect();
     ours.sort_unstable();
-    let mut want = [
+    let mut want = vec![
         format!("lsgd:policy/plugin@{VERSION}"),
         format!("lsgd:policy/{kind}@{VERSION}"),
     ];
+    if stateful {
+        want.push(format!("lsgd:policy/state@{VERSION}"));
+    }
     want.sort_unstable();
     assert_eq!(ours, want, "{}: exports\n{out}", wasm.display());
 }
@@ -159,6 +180,9 @@ struct Case {
     values: &'static [(&'static str, &'static str)],
     bad: &'static str,
     error: &'static str,
+    /// The stateful template's values from epoch 1 on, with `good`, when the test metric after
+    /// epoch 1 is 0.5 and after epoch 2 is 0.25: the best metric so far stays 0.5.
+    after: &'static [(&'static str, &'static str)],
 }
 
 /// Tensor norms for the layer-rate template: a weight it scales, and those it leaves at 1 (a
@@ -179,6 +203,8 @@ const CASES: &[Case] = &[
         values: &[("lr", "0.1")],
         bad: "schedule.scale=-1",
         error: "scale must be >= 0, got -1",
+        // 0.1 x (1 - 0.5).
+        after: &[("lr", "0.05")],
     },
     Case {
         kind: "batch-size",
@@ -187,6 +213,8 @@ const CASES: &[Case] = &[
         values: &[("global_batch", "1536")],
         bad: "batch_size.factor=0",
         error: "factor must be in [1, 4294967295], got 0",
+        // Doubled once the best metric reaches 0.5.
+        after: &[("global_batch", "3072")],
     },
     Case {
         kind: "label-smoothing",
@@ -195,6 +223,8 @@ const CASES: &[Case] = &[
         values: &[("label_smoothing", "0.25")],
         bad: "label_smoothing.epsilon=1",
         error: "epsilon must be in [0, 1), got 1",
+        // 0.25 x (1 - 0.5).
+        after: &[("label_smoothing", "0.125")],
     },
     Case {
         kind: "layer-rate",
@@ -211,39 +241,110 @@ const CASES: &[Case] = &[
         ],
         bad: "layer_rate.coefficient=-1",
         error: "coefficient must be >= 0, got -1",
+        // The coefficient 0.02 x (1 - 0.5), then as above.
+        after: &[
+            ("scale:conv.weight", "0.03998400639744103"),
+            ("scale:conv.bias", "1"),
+            ("scale:bn.weight", "1"),
+            ("scale:fc.weight", "1"),
+            ("scale:new.weight", "1"),
+            ("lr", "0.1"),
+        ],
     },
 ];
 
-/// Loads the component in the host: a short trace with a good and with a bad parameter, then
-/// the trace `new` suggested (`hint`, its output), which for a layer-rate project reads the
-/// project's sample `norms.csv`.
-fn check_loads(wasm: &Path, case: &Case, hint: &str) {
-    let mut shape = vec![
+/// The shape of the short traces: two epochs of three steps at batch 512, more epochs to
+/// see the state at work; a layer-rate plugin also gets [`NORMS`] (written next to `wasm`).
+fn shape(wasm: &Path, case: &Case, epochs: &'static str) -> Vec<String> {
+    let mut shape: Vec<String> = [
         "--epochs",
-        "2",
+        epochs,
         "--steps-per-epoch",
         "3",
         "--global-batch",
         "512",
-    ];
-    let norms = wasm.parent().unwrap().join("test-norms.csv");
+    ]
+    .map(String::from)
+    .to_vec();
     if case.kind == "layer-rate" {
+        let norms = wasm.parent().unwrap().join("test-norms.csv");
         std::fs::write(&norms, NORMS).unwrap();
-        shape.extend(["--norms-file", norms.to_str().unwrap()]);
+        shape.extend(["--norms-file".into(), norms.display().to_string()]);
     }
-    let w = wasm.to_str().unwrap();
-    let o = lsgd(&[&["trace", case.flag, w, "--set", case.good], &shape[..]].concat());
-    assert!(o.status.success(), "{w}: {}", text(&o));
+    shape
+}
+
+/// `lsgd-host trace --format csv ARGS`, which must succeed: its header and rows, split at the
+/// commas.
+fn trace_csv(args: &[&str]) -> (Vec<String>, Vec<Vec<String>>, String) {
+    let o = lsgd(&[&["trace", "--format", "csv"], args].concat());
+    assert!(o.status.success(), "trace {args:?}: {}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    let header: Vec<&str> = out.lines().next().unwrap_or_default().split(',').collect();
+    let split = |l: &str| l.split(',').map(String::from).collect::<Vec<_>>();
+    let header = split(out.lines().next().unwrap_or_default());
+    let rows = out.lines().skip(1).map(split).collect();
+    (header, rows, out)
+}
+
+/// The values of `column` in `rows`; panics, showing `out`, if the trace has no such column.
+fn column<'a>(header: &[String], rows: &'a [Vec<String>], column: &str, out: &str) -> Vec<&'a str> {
+    let i = header.iter().position(|h| h == column);
+    let i = i.unwrap_or_else(|| panic!("no column {column}:\n{out}"));
+    rows.iter()
+        .map(|r| r.get(i).map_or("", String::as_str))
+        .collect()
+}
+
+/// `lsgd-host inspect` names the world (`stateful-…` for a stateful plugin) and the contract
+/// version the component was built against, and says whether it keeps state.
+fn check_inspect(wasm: &Path, case: &Case, stateful: bool) {
+    let o = lsgd(&["inspect", wasm.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    let world = if stateful {
+        format!("stateful-{}-plugin", case.kind)
+    } else {
+        format!("{}-plugin", case.kind)
+    };
+    let want = format!("world:       {world} (lsgd:policy@{VERSION})");
+    assert!(
+        out.contains(&want),
+        "{}: no `{want}` in\n{out}",
+        wasm.display()
+    );
+    let state = if stateful {
+        "state:       kept between calls"
+    } else {
+        "state:       none"
+    };
+    assert!(
+        out.contains(state),
+        "{}: no `{state}` in\n{out}",
+        wasm.display()
+    );
+}
+
+/// Loads the component in the host: `inspect`, a short trace with a good and with a bad
+/// parameter, then the trace `new` suggested (`hint`, its output), which for a layer-rate project
+/// reads the project's sample `norms.csv`. A schedule that was not edited answers no momentum.
+fn check_loads(wasm: &Path, case: &Case, hint: &str, stateful: bool) {
+    check_inspect(wasm, case, stateful);
+    let shape = shape(wasm, case, "2");
+    let shape: Vec<&str> = shape.iter().map(String::as_str).collect();
+    let w = wasm.to_str().unwrap();
+    let (header, rows, out) =
+        trace_csv(&[&[case.flag, w, "--set", case.good], &shape[..]].concat());
     // Six steps at batch 512; fewer when a batch-size policy grows the batch.
-    let rows: Vec<&str> = out.lines().skip(1).collect();
     assert!((1..=6).contains(&rows.len()), "{out}");
-    for (column, value) in case.values {
-        let i = header.iter().position(|h| h == column);
-        let i = i.unwrap_or_else(|| panic!("{w}: no column {column}:\n{out}"));
-        for row in &rows {
-            assert_eq!(row.split(',').nth(i), Some(*value), "{w}: {column}\n{out}");
+    for (name, value) in case.values {
+        for v in column(&header, &rows, name, &out) {
+            assert_eq!(v, *value, "{w}: {name}\n{out}");
+        }
+    }
+    // The momentum column, if the host prints one, is empty: the template answers none.
+    if header.iter().any(|h| h == "momentum") {
+        for v in column(&header, &rows, "momentum", &out) {
+            assert_eq!(v, "", "{w}: momentum\n{out}");
         }
     }
     let o = lsgd(&[&["trace", case.flag, w, "--set", case.bad], &shape[..]].concat());
@@ -265,14 +366,50 @@ fn check_loads(wasm: &Path, case: &Case, hint: &str) {
     );
 }
 
-/// Scaffolds, builds and checks the exports of a `lang` project of every kind; loads those of
-/// `load` in the host.
-fn scaffold(lang: &str, load: &[&str]) {
+/// A stateful template remembers the best test metric: traced over four epochs with the metrics
+/// 0.5 (after epoch 1) and 0.25 (after epoch 2, and on), it gives `case.after` from epoch 1 on,
+/// also from epoch 2, where the last metric has fallen but the best has not; before,
+/// `case.values`.
+fn check_state(wasm: &Path, case: &Case) {
+    let shape = shape(wasm, case, "4");
+    let shape: Vec<&str> = shape.iter().map(String::as_str).collect();
+    let metrics = wasm.parent().unwrap().join("test-metrics.txt");
+    std::fs::write(&metrics, "0.5\n0.25\n").unwrap();
+    let w = wasm.to_str().unwrap();
+    let m = metrics.to_str().unwrap();
+    let args = [case.flag, w, "--set", case.good, "--metric-file", m];
+    let (header, rows, out) = trace_csv(&[&args[..], &shape[..]].concat());
+    let epochs: Vec<f64> = column(&header, &rows, "epoch", &out)
+        .iter()
+        .map(|e| e.parse().unwrap())
+        .collect();
+    assert!(
+        epochs.iter().any(|e| *e >= 2.0),
+        "{w}: no step in epoch 2\n{out}"
+    );
+    for (values, later) in [(case.values, false), (case.after, true)] {
+        for (name, value) in values {
+            let got = column(&header, &rows, name, &out);
+            for (v, e) in got.iter().zip(&epochs) {
+                if (*e >= 1.0) == later {
+                    assert_eq!(v, value, "{w}: {name} at epoch {e}\n{out}");
+                }
+            }
+        }
+    }
+}
+
+/// Scaffolds, builds and checks the exports of a `lang` project of every kind, stateful if
+/// `stateful`; loads those of `load` in the host.
+fn scaffold(lang: &str, load: &[&str], stateful: bool) {
     for case in CASES {
-        let (wasm, hint) = scaffold_and_build(lang, case.kind);
-        check_exports(&wasm, case.kind);
+        let (wasm, hint) = scaffold_and_build(lang, case.kind, stateful);
+        check_exports(&wasm, case.kind, stateful);
         if load.contains(&case.kind) {
-            check_loads(&wasm, case, &hint);
+            check_loads(&wasm, case, &hint, stateful);
+            if stateful {
+                check_state(&wasm, case);
+            }
         }
     }
 }
@@ -282,31 +419,138 @@ const ALL: &[&str] = &["schedule", "batch-size", "label-smoothing", "layer-rate"
 
 #[test]
 fn new_c_plugins_build_and_load() {
-    scaffold("c", ALL);
+    scaffold("c", ALL, false);
 }
 
 #[test]
 fn new_js_plugins_build_and_load() {
-    scaffold("js", ALL);
+    scaffold("js", ALL, false);
 }
 
 #[test]
 fn new_go_plugins_build_and_load() {
-    scaffold("go", ALL);
+    scaffold("go", ALL, false);
 }
 
 #[test]
 fn new_rust_plugins_build_and_load() {
-    scaffold("rust", ALL);
+    scaffold("rust", ALL, false);
 }
 
 #[test]
 fn new_python_plugins_build_and_load() {
-    scaffold("python", &["label-smoothing", "layer-rate"]);
+    scaffold("python", &["label-smoothing", "layer-rate"], false);
 }
 
 #[test]
-fn new_writes_the_0_3_contract_and_a_layer_rate_project_documents_its_use() {
+fn new_stateful_c_plugins_build_and_keep_their_state() {
+    scaffold("c", ALL, true);
+}
+
+#[test]
+fn new_stateful_js_plugins_build_and_keep_their_state() {
+    scaffold("js", ALL, true);
+}
+
+#[test]
+fn new_stateful_go_plugins_build_and_keep_their_state() {
+    scaffold("go", ALL, true);
+}
+
+#[test]
+fn new_stateful_rust_plugins_build_and_keep_their_state() {
+    scaffold("rust", ALL, true);
+}
+
+#[test]
+fn new_stateful_python_plugins_build_and_keep_their_state() {
+    scaffold("python", &["schedule"], true);
+}
+
+/// The one line of each language's schedule template that answers no momentum, and what the
+/// test puts there to answer 0.9: the edit the templates' comments describe.
+const MOMENTUM: &[(&str, &str, &str, &str)] = &[
+    (
+        "rust",
+        "src/lib.rs",
+        "        None\n    }",
+        "        Some(0.9)\n    }",
+    ),
+    (
+        "c",
+        "plugin.c",
+        "  return false;\n}",
+        "  *ret = 0.9;\n  return true;\n}",
+    ),
+    (
+        "python",
+        "app.py",
+        "        return None\n",
+        "        return 0.9\n",
+    ),
+    ("js", "plugin.js", "    return null;\n", "    return 0.9;\n"),
+    (
+        "go",
+        "plugin.go",
+        "\treturn 0, false\n",
+        "\treturn 0.9, true\n",
+    ),
+];
+
+/// A 0.4 schedule in `lang` whose momentum function is edited to answer 0.9: built with its
+/// `./build.sh`, it is a 0.4.0 schedule to `inspect`, and its trace has the template's
+/// learning rate and 0.9 in the `momentum` column at every step.
+fn momentum(lang: &str) {
+    let (_, file, none, some) = MOMENTUM.iter().find(|m| m.0 == lang).unwrap();
+    let name = format!("my-{lang}-momentum");
+    let (dir, _) = new_project(lang, "schedule", &name);
+    let source = dir.join(file);
+    let code = std::fs::read_to_string(&source).unwrap();
+    assert_eq!(code.matches(none).count(), 1, "{lang}: {none:?} in\n{code}");
+    std::fs::write(&source, code.replace(none, some)).unwrap();
+    let wasm = build_project(lang, &dir, &name);
+    check_exports(&wasm, "schedule", false);
+    check_inspect(&wasm, &CASES[0], false);
+    let w = wasm.to_str().unwrap();
+    let shape = shape(&wasm, &CASES[0], "2");
+    let shape: Vec<&str> = shape.iter().map(String::as_str).collect();
+    let args = ["--schedule", w, "--set", CASES[0].good];
+    let (header, rows, out) = trace_csv(&[&args[..], &shape[..]].concat());
+    assert_eq!(rows.len(), 6, "{out}");
+    for (name, value) in [("lr", "0.1"), ("momentum", "0.9")] {
+        for v in column(&header, &rows, name, &out) {
+            assert_eq!(v, value, "{w}: {name}\n{out}");
+        }
+    }
+}
+
+#[test]
+fn a_rust_schedule_of_0_4_returns_a_momentum() {
+    momentum("rust");
+}
+
+#[test]
+fn a_c_schedule_of_0_4_returns_a_momentum() {
+    momentum("c");
+}
+
+#[test]
+fn a_python_schedule_of_0_4_returns_a_momentum() {
+    momentum("python");
+}
+
+#[test]
+fn a_js_schedule_of_0_4_returns_a_momentum() {
+    momentum("js");
+}
+
+#[test]
+fn a_go_schedule_of_0_4_returns_a_momentum() {
+    momentum("go");
+}
+
+#[test]
+fn new_writes_the_0_4_contract_and_a_layer_rate_project_documents_its_use() {
     let dir = scratch("scaffold-layer-rate-files");
     let o = lsgd(&[
         "new",
@@ -320,11 +564,11 @@ fn new_writes_the_0_3_contract_and_a_layer_rate_project_documents_its_use() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
-    let wit = std::fs::read_to_string(root().join("wit/v0.3.0/policy.wit")).unwrap();
+    let wit = std::fs::read_to_string(root().join("wit/v0.4.0/policy.wit")).unwrap();
     assert_eq!(read("wit/policy.wit"), wit);
     let readme = read("README.md");
     for needle in [
-        "lsgd:policy@0.3.0",
+        "lsgd:policy@0.4.0",
         "`layer-rate-plugin` world",
         "lsgd-host run --layer-rate ./target/my-lars.wasm --set layer_rate.KEY=VALUE",
         "lsgd-host trace --layer-rate target/my-lars.wasm --norms-file norms.csv",
@@ -349,6 +593,59 @@ fn new_writes_the_0_3_contract_and_a_layer_rate_project_documents_its_use() {
         }
     }
     assert!(read("norms.csv").contains("step,name,role,shape,"));
+}
+
+#[test]
+fn new_stateful_writes_the_stateful_world_and_its_kit() {
+    let dir = scratch("scaffold-stateful-files");
+    let o = lsgd(&[
+        "new",
+        "--lang",
+        "go",
+        "--kind",
+        "schedule",
+        "--stateful",
+        "my-plateau",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("a stateful Go schedule plugin"),
+        "{}",
+        text(&o)
+    );
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let readme = read("README.md");
+    for needle in [
+        "`stateful-schedule-plugin` world",
+        "lsgd:policy@0.4.0",
+        "--metric-file",
+    ] {
+        assert!(
+            readme.contains(needle),
+            "README.md lacks {needle}:\n{readme}"
+        );
+    }
+    let plugin = read("plugin.go");
+    for needle in [
+        "func snapshot() []byte",
+        "func restore(b []byte) error",
+        "momentum =",
+    ] {
+        assert!(
+            plugin.contains(needle),
+            "plugin.go lacks {needle}:\n{plugin}"
+        );
+    }
+    assert!(!plugin.contains("{{"), "{plugin}");
+    for (file, export) in [
+        ("lsgd_state.go", "state@0.4.0#snapshot"),
+        ("lsgd_state.go", "state@0.4.0#restore"),
+        ("lsgd_momentum.go", "schedule@0.4.0#momentum"),
+    ] {
+        assert!(read(file).contains(export), "{file} lacks {export}");
+    }
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! `lsgd-host new`: a plugin project in any supported language, ready to build with one command
 //! (`./build.sh`) into a component the host loads.
 //!
-//! Every project targets the newest contract, `wit/v0.3.0`, copied into it as `wit/policy.wit`.
-//! The templates live in `host/templates/` (one source file per language and kind); the
+//! Every project targets the newest contract, `wit/v0.4.0`, copied into it as `wit/policy.wit`;
+//! a schedule shows 0.4's `momentum`, and `--stateful` scaffolds the kind's `stateful-*` world
+//! (a tiny state with `snapshot` and `restore`). The templates live in `host/templates/` (one
+//! source file per language and kind, its stateful lines in `{{#stateful}}` sections); the
 //! language kits (describe/configure helpers, and Go's hand-written ABI) are the files the
 //! repository's own plugins are built with, under `plugins/lsgd-plugin-build/kit/`.
 
@@ -67,9 +69,14 @@ pub struct NewArgs {
     /// Directory to create (default: ./NAME); it must not exist or be empty.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Keep state between calls: target the kind's stateful world, whose `snapshot` and
+    /// `restore` the host uses to checkpoint, resume and replace the plugin (the example
+    /// remembers the best metric so far).
+    #[arg(long)]
+    stateful: bool,
 }
 
-const WIT: &str = include_str!("../../../wit/v0.3.0/policy.wit");
+const WIT: &str = include_str!("../../../wit/v0.4.0/policy.wit");
 const README: &str = include_str!("../../templates/project-README.md");
 /// The tool look-up every non-Rust `build.sh` starts with (`{{find_tool}}` in the templates).
 const FIND_TOOL: &str = include_str!("../../templates/find-tool.sh");
@@ -106,9 +113,57 @@ fn verbatim(path: impl Into<String>, text: impl Into<Cow<'static, str>>) -> File
     }
 }
 
+/// Whether [`WIT`]'s schedule has `momentum` (0.4 and later): a Go schedule then needs the
+/// kit's `lsgd_momentum.go`.
+fn has_momentum() -> bool {
+    WIT.contains("momentum: func(")
+}
+
+/// `text` with its `{{#stateful}}` sections kept and `{{^stateful}}` ones dropped when
+/// `stateful`, the other way round when not. A marker alone on its line goes with the line;
+/// sections do not nest.
+fn sections(text: &str, stateful: bool) -> String {
+    const OPEN: [(&str, bool); 2] = [("{{#stateful}}", true), ("{{^stateful}}", false)];
+    const CLOSE: &str = "{{/stateful}}";
+    let mut out = String::with_capacity(text.len());
+    let mut keep = true;
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim();
+        if let Some((_, when)) = OPEN.iter().find(|(m, _)| *m == bare) {
+            keep = *when == stateful;
+            continue;
+        }
+        if bare == CLOSE {
+            keep = true;
+            continue;
+        }
+        let mut rest = line;
+        loop {
+            let next = OPEN
+                .iter()
+                .filter_map(|(m, when)| Some((rest.find(m)?, m.len(), Some(*when))))
+                .chain(rest.find(CLOSE).map(|at| (at, CLOSE.len(), None)))
+                .min_by_key(|(at, _, _)| *at);
+            let Some((at, len, when)) = next else {
+                if keep {
+                    out.push_str(rest);
+                }
+                break;
+            };
+            if keep {
+                out.push_str(&rest[..at]);
+            }
+            keep = when.is_none_or(|w| w == stateful);
+            rest = &rest[at + len..];
+        }
+    }
+    out
+}
+
 /// A Go kit file with its `//go:wasmexport lsgd:policy/IFACE@VERSION#func` names at the
 /// version of [`WIT`]: the kit's files carry the version the repository's own Go plugins target,
-/// and the canonical ABI of the interfaces they implement is the same in every 0.x version.
+/// and the canonical ABI of the interfaces they implement is the same in every 0.x version
+/// (`lsgd-plugin-build go-kit` does the same for a plugin built outside `new`).
 fn go_kit(text: &'static str) -> String {
     const EXPORT: &str = "//go:wasmexport lsgd:policy/";
     let mut out = String::with_capacity(text.len());
@@ -144,7 +199,7 @@ macro_rules! per_kind {
     };
 }
 
-fn files(lang: Lang, kind: Kind) -> Vec<File> {
+fn files(lang: Lang, kind: Kind, stateful: bool) -> Vec<File> {
     let k = kind as usize;
     let mut files = match lang {
         Lang::Rust => vec![
@@ -182,7 +237,7 @@ fn files(lang: Lang, kind: Kind) -> Vec<File> {
                 include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_label_smoothing.go"),
                 include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_layer_rate.go"),
             ];
-            vec![
+            let mut files = vec![
                 template("plugin.go", per_kind!("go", "go")[k]),
                 template("go.mod", include_str!("../../templates/go/go.mod")),
                 template("build.sh", include_str!("../../templates/go/build.sh")),
@@ -196,7 +251,24 @@ fn files(lang: Lang, kind: Kind) -> Vec<File> {
                     format!("lsgd_{}.go", kind.policy().set_prefix()),
                     go_kit(kits[k]),
                 ),
-            ]
+            ];
+            if kind == Kind::Schedule && has_momentum() {
+                files.push(verbatim(
+                    "lsgd_momentum.go",
+                    go_kit(include_str!(
+                        "../../../plugins/lsgd-plugin-build/kit/go/lsgd_momentum.go"
+                    )),
+                ));
+            }
+            if stateful {
+                files.push(verbatim(
+                    "lsgd_state.go",
+                    go_kit(include_str!(
+                        "../../../plugins/lsgd-plugin-build/kit/go/lsgd_state.go"
+                    )),
+                ));
+            }
+            files
         }
     };
     if kind == Kind::LayerRate {
@@ -253,42 +325,55 @@ pub fn run(args: NewArgs) -> Result<()> {
     if dir.exists() && dir.read_dir()?.next().is_some() {
         bail!("{} exists and is not empty", dir.display());
     }
-    let kind = args.kind.policy();
-    let fill = |text: &str| {
-        text.replace("{{name}}", &args.name)
-            .replace("{{crate}}", &args.name.replace('-', "_"))
-            .replace("{{world}}", kind.world())
-            .replace("{{kind}}", kind.interface())
-            .replace("{{flag}}", kind.flag())
-            .replace("{{prefix}}", kind.set_prefix())
-            .replace("{{version}}", version())
-            .replace(
-                "{{trace}}",
-                &trace_args(args.kind, Path::new(""), &args.name),
-            )
-            .replace("{{lang}}", language_name(args.lang))
-            .replace("{{build}}", &prerequisites(args.lang))
-            .replace("{{find_tool}}\n", FIND_TOOL)
-    };
-    for f in files(args.lang, args.kind) {
-        let path = dir.join(&f.path);
-        let text = if f.template {
-            fill(&f.text)
-        } else {
-            f.text.into_owned()
-        };
-        write(&path, &text)?;
+    for (path, text) in render(args.lang, args.kind, args.stateful, &args.name) {
+        write(&dir.join(path), &text)?;
     }
     make_executable(&dir.join("build.sh"))?;
     println!(
-        "created {}: a {} {} plugin\n\nbuild it:   cd {} && ./build.sh\ntry it:     lsgd-host trace {}",
+        "created {}: a {}{} {} plugin\n\nbuild it:   cd {} && ./build.sh\ntry it:     lsgd-host trace {}",
         dir.display(),
+        if args.stateful { "stateful " } else { "" },
         language_name(args.lang),
-        kind.interface(),
+        args.kind.policy().interface(),
         dir.display(),
         trace_args(args.kind, &dir, &args.name),
     );
     Ok(())
+}
+
+/// The project's files, each path relative to its directory with its contents.
+fn render(lang: Lang, kind: Kind, stateful: bool, name: &str) -> Vec<(String, String)> {
+    let policy = kind.policy();
+    let world = if stateful {
+        format!("stateful-{}", policy.world())
+    } else {
+        policy.world().to_string()
+    };
+    let fill = |text: &str| {
+        sections(text, stateful)
+            .replace("{{name}}", name)
+            .replace("{{crate}}", &name.replace('-', "_"))
+            .replace("{{world}}", &world)
+            .replace("{{kind}}", policy.interface())
+            .replace("{{flag}}", policy.flag())
+            .replace("{{prefix}}", policy.set_prefix())
+            .replace("{{version}}", version())
+            .replace("{{trace}}", &trace_args(kind, Path::new(""), name))
+            .replace("{{lang}}", language_name(lang))
+            .replace("{{build}}", &prerequisites(lang))
+            .replace("{{find_tool}}\n", FIND_TOOL)
+    };
+    files(lang, kind, stateful)
+        .into_iter()
+        .map(|f| {
+            let text = if f.template {
+                fill(&f.text)
+            } else {
+                f.text.into_owned()
+            };
+            (f.path, text)
+        })
+        .collect()
 }
 
 /// The arguments of `lsgd-host trace` that run the project in `dir` over a Goyal-sized run;
@@ -318,4 +403,105 @@ fn make_executable(path: &Path) -> Result<()> {
     let mut perms = std::fs::metadata(path)?.permissions();
     perms.set_mode(0o755);
     std::fs::set_permissions(path, perms).with_context(|| format!("chmod {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LANGS: [Lang; 5] = [Lang::Rust, Lang::C, Lang::Python, Lang::Js, Lang::Go];
+    const KINDS: [Kind; 4] = [
+        Kind::Schedule,
+        Kind::BatchSize,
+        Kind::LabelSmoothing,
+        Kind::LayerRate,
+    ];
+
+    #[test]
+    fn sections_keep_the_lines_and_spans_of_their_variant() {
+        let t = "a\n{{#stateful}}\nkept\n{{/stateful}}\n  {{^stateful}}\nplain\n{{/stateful}}\n\
+                 x{{#stateful}} * s{{/stateful}}{{^stateful}} * p{{/stateful}};\n";
+        assert_eq!(sections(t, true), "a\nkept\nx * s;\n");
+        assert_eq!(sections(t, false), "a\nplain\nx * p;\n");
+        assert_eq!(sections("no markers\n", true), "no markers\n");
+    }
+
+    #[test]
+    fn every_project_is_filled_in_and_targets_the_newest_contract() {
+        assert_eq!(version(), "0.4.0");
+        for lang in LANGS {
+            for kind in KINDS {
+                for stateful in [false, true] {
+                    let files = render(lang, kind, stateful, "my-plugin");
+                    let what = format!("{lang:?} {kind:?} stateful={stateful}");
+                    for (path, text) in &files {
+                        if path == "wit/policy.wit" {
+                            assert_eq!(text, WIT);
+                            continue;
+                        }
+                        for marker in ["{{", "}}"] {
+                            assert!(!text.contains(marker), "{what}: {path} has {marker}");
+                        }
+                    }
+                    // The source implements the world's extra functions, and only those.
+                    let source = ["src/lib.rs", "plugin.c", "app.py", "plugin.js", "plugin.go"];
+                    let all = &files
+                        .iter()
+                        .find(|(p, _)| source.contains(&p.as_str()))
+                        .unwrap()
+                        .1;
+                    assert_eq!(all.contains("snapshot"), stateful, "{what}");
+                    let momentum = all.contains("momentum");
+                    assert_eq!(momentum, kind == Kind::Schedule, "{what}");
+                    let readme = &files.iter().find(|(p, _)| p == "README.md").unwrap().1;
+                    let world = format!(
+                        "`{}{}` world",
+                        if stateful { "stateful-" } else { "" },
+                        kind.policy().world()
+                    );
+                    assert!(readme.contains(&world), "{what}: {readme}");
+                    assert!(readme.contains("lsgd:policy@0.4.0"), "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_go_project_gets_the_kit_files_of_its_world_at_its_version() {
+        let names = |kind, stateful| -> Vec<String> {
+            let files = render(Lang::Go, kind, stateful, "g");
+            for (path, text) in &files {
+                for export in text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("//go:wasmexport lsgd:policy/"))
+                {
+                    assert!(export.contains("@0.4.0#"), "{path}: {export}");
+                }
+            }
+            let mut names: Vec<String> = files
+                .into_iter()
+                .map(|(p, _)| p)
+                .filter(|p| p.starts_with("lsgd_"))
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            names(Kind::Schedule, true),
+            [
+                "lsgd_momentum.go",
+                "lsgd_plugin.go",
+                "lsgd_schedule.go",
+                "lsgd_state.go"
+            ]
+        );
+        assert_eq!(
+            names(Kind::Schedule, false),
+            ["lsgd_momentum.go", "lsgd_plugin.go", "lsgd_schedule.go"]
+        );
+        assert_eq!(
+            names(Kind::LayerRate, true),
+            ["lsgd_layer_rate.go", "lsgd_plugin.go", "lsgd_state.go"]
+        );
+    }
 }

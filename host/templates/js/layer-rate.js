@@ -7,16 +7,38 @@
 // This one is LARS (You et al., 2017): a weight's multiplier is its trust ratio
 // coefficient x ||w|| / (||g|| + weight_decay x ||w||); biases, BatchNorm parameters and tensors
 // with a zero norm keep the schedule's rate (multiplier 1).
+{{#stateful}}
+//
+// It keeps state between calls: the best metric seen so far, which lowers the coefficient to
+// coefficient x (1 - best) as the metric rises, and which the host saves with snapshot and brings
+// back with restore.
+{{/stateful}}
 import * as kit from "./lsgd_kit.js";
 
 const INFO = {
   name: "{{name}}",
   version: "0.1.0",
+{{^stateful}}
   summary: "LARS: coefficient x ||w|| / (||g|| + wd x ||w||) per weight, 1 elsewhere",
+{{/stateful}}
+{{#stateful}}
+  summary: "LARS with the coefficient x (1 - the best metric so far) per weight, 1 elsewhere",
+{{/stateful}}
   params: [kit.floatParam("coefficient", 0.001, "LARS trust coefficient (>= 0)")],
 };
 
+{{^stateful}}
 const configure = (p) => ({ coefficient: kit.floatAtLeast(p, "coefficient", 0.0) });
+{{/stateful}}
+{{#stateful}}
+// `best` is the state: the best metric (test accuracy) seen so far, 0 before the first. It
+// changes in the policy calls, starts afresh with new parameters, and travels as its 8 bytes (a
+// little-endian f64) through snapshot and restore.
+const configure = (p) => ({
+  coefficient: kit.floatAtLeast(p, "coefficient", 0.0),
+  best: 0.0,
+});
+{{/stateful}}
 
 // A fresh instance (the host makes one after any fault) starts from the defaults.
 let cfg = configure(kit.resolve(INFO, []));
@@ -37,6 +59,30 @@ function trustRatio(coefficient, t) {
 }
 
 export const layerRate = {
+{{^stateful}}
   // Exactly one multiplier per tensor, in the order of `tensors`.
   multipliers: (s, tensors) => tensors.map((t) => trustRatio(cfg.coefficient, t)),
+{{/stateful}}
+{{#stateful}}
+  multipliers(s, tensors) {
+    // Taking the larger value twice changes nothing: the host may call again at one step.
+    if (s.lastMetric != null && s.lastMetric > cfg.best) cfg.best = s.lastMetric;
+    // Exactly one multiplier per tensor, in the order of `tensors`.
+    const coefficient = cfg.coefficient * (1.0 - cfg.best);
+    return tensors.map((t) => trustRatio(coefficient, t));
+  },
+{{/stateful}}
 };
+{{#stateful}}
+
+export const state = {
+  snapshot() {
+    const bytes = new Uint8Array(8);
+    new DataView(bytes.buffer).setFloat64(0, cfg.best, true);
+    return bytes;
+  },
+  restore(snapshot) {
+    cfg.best = new DataView(kit.checkSnapshot(snapshot, 8).buffer).getFloat64(0, true);
+  },
+};
+{{/stateful}}

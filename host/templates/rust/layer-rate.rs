@@ -6,13 +6,21 @@
 //! This one is LARS (You et al., 2017): a weight's multiplier is its trust ratio
 //! `coefficient x ||w|| / (||g|| + weight_decay x ||w||)`; biases, BatchNorm parameters and
 //! tensors with a zero norm keep the schedule's rate (multiplier 1).
+{{#stateful}}
+//!
+//! It keeps state between calls: the best metric seen so far, which lowers the coefficient to
+//! `coefficient x (1 - best)` as the metric rises, and which the host saves with `snapshot` and brings back with `restore`.
+{{/stateful}}
 
-wit_bindgen::generate!({ path: "wit", world: "layer-rate-plugin" });
+wit_bindgen::generate!({ path: "wit", world: "{{world}}" });
 
 use std::cell::Cell;
 
 use exports::lsgd::policy::layer_rate::{Guest as LayerRate, Role, TensorNorms};
 use exports::lsgd::policy::plugin::Guest as Plugin;
+{{#stateful}}
+use exports::lsgd::policy::state::Guest as State;
+{{/stateful}}
 use lsgd::policy::types::{Param, ParamSpec, ParamType, ParamValue, PluginInfo, TrainState};
 
 struct Component;
@@ -20,6 +28,12 @@ struct Component;
 thread_local! {
     // Set by configure; a fresh instance (the host makes one after any fault) starts at the default.
     static COEFFICIENT: Cell<f64> = const { Cell::new(0.001) };
+{{#stateful}}
+    // The state: the best metric (test accuracy) seen so far, 0 before the first. It changes in
+    // the policy calls, starts afresh with new parameters, and travels as its 8 bytes (a
+    // little-endian f64) through snapshot and restore.
+    static BEST: Cell<f64> = const { Cell::new(0.0) };
+{{/stateful}}
 }
 
 impl Plugin for Component {
@@ -27,8 +41,14 @@ impl Plugin for Component {
         PluginInfo {
             name: "{{name}}".into(),
             version: "0.1.0".into(),
+{{^stateful}}
             summary: "LARS: coefficient x ||w|| / (||g|| + wd x ||w||) per weight, 1 elsewhere"
                 .into(),
+{{/stateful}}
+{{#stateful}}
+            summary: "LARS with the coefficient x (1 - the best metric so far) per weight, 1 elsewhere"
+                .into(),
+{{/stateful}}
             params: vec![ParamSpec {
                 name: "coefficient".into(),
                 type_: ParamType::Float,
@@ -50,14 +70,30 @@ impl Plugin for Component {
             return Err(format!("coefficient must be >= 0, got {coefficient}"));
         }
         COEFFICIENT.set(coefficient);
+{{#stateful}}
+        BEST.set(0.0); // new parameters, a new state
+{{/stateful}}
         Ok(())
     }
 }
 
 impl LayerRate for Component {
+{{^stateful}}
     fn multipliers(_s: TrainState, tensors: Vec<TensorNorms>) -> Vec<f64> {
+{{/stateful}}
+{{#stateful}}
+    fn multipliers(s: TrainState, tensors: Vec<TensorNorms>) -> Vec<f64> {
+{{/stateful}}
+{{#stateful}}
+        // Taking the larger value twice changes nothing: the host may call again at one step.
+        if let Some(m) = s.last_metric
+            && m > BEST.get()
+        {
+            BEST.set(m);
+        }
+{{/stateful}}
         // Exactly one multiplier per tensor, in the order of `tensors`.
-        let coefficient = COEFFICIENT.get();
+        let coefficient = COEFFICIENT.get(){{#stateful}} * (1.0 - BEST.get()){{/stateful}};
         tensors.iter().map(|t| trust_ratio(coefficient, t)).collect()
     }
 }
@@ -70,5 +106,20 @@ fn trust_ratio(coefficient: f64, t: &TensorNorms) -> f64 {
     }
     coefficient * w / (g + t.weight_decay * w)
 }
+{{#stateful}}
+
+impl State for Component {
+    fn snapshot() -> Vec<u8> {
+        BEST.get().to_le_bytes().to_vec()
+    }
+
+    fn restore(snapshot: Vec<u8>) -> Result<(), String> {
+        let bytes = <[u8; 8]>::try_from(snapshot.as_slice())
+            .map_err(|_| format!("a snapshot of {} bytes, expected 8", snapshot.len()))?;
+        BEST.set(f64::from_le_bytes(bytes));
+        Ok(())
+    }
+}
+{{/stateful}}
 
 export!(Component);

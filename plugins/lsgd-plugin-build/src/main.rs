@@ -5,7 +5,12 @@
 //! ```text
 //! lsgd-plugin-build c-bindings WIT_DIR WORLD OUT_DIR
 //!     C bindings for WORLD as `wit-bindgen c` writes them, renamed to OUT_DIR/lsgd.h and
-//!     lsgd.c for every world, plus lsgd_kit.h (describe/configure helpers).
+//!     lsgd.c for every world, plus lsgd_kit.h (describe/configure helpers). From contract 0.4
+//!     a schedule's `momentum` is optional: lsgd.c carries a weak default that returns none.
+//! lsgd-plugin-build go-kit WIT_DIR WORLD OUT_DIR
+//!     The Go kit files WORLD needs (`lsgd_plugin.go`, its kind's, `lsgd_state.go` for a
+//!     stateful world, `lsgd_momentum.go` for a 0.4 schedule), their `//go:wasmexport` names
+//!     at WIT_DIR's contract version.
 //! lsgd-plugin-build componentize [--wasi-stub] CORE.wasm WIT_DIR WORLD OUT.wasm
 //!     Embeds WORLD's type information unless the module already carries it, adapts
 //!     wasi_snapshot_preview1 imports (wasi-libc's stdio) to WASI 0.2 with wasmtime 48's reactor
@@ -26,13 +31,42 @@ use wasi_preview1_component_adapter_provider::{
     WASI_SNAPSHOT_PREVIEW1_ADAPTER_NAME, WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
 };
 use wit_component::{ComponentEncoder, StringEncoding, embed_component_metadata};
-use wit_parser::{Resolve, WorldId};
+use wit_parser::{Resolve, WorldId, WorldItem};
 
 /// Helpers every C plugin shares, written next to the generated bindings.
 const C_KIT: &str = include_str!("../kit/c/lsgd_kit.h");
 
+/// The Go kit by file name: the `plugin` ABI, one file per interface, and the optional
+/// momentum of a 0.4 schedule. Their export names carry `@0.1.0` (or `@0.3.0`), rewritten to
+/// the world's version by `go-kit`.
+const GO_KIT: &[(&str, &str)] = &[
+    ("lsgd_plugin.go", include_str!("../kit/go/lsgd_plugin.go")),
+    (
+        "lsgd_schedule.go",
+        include_str!("../kit/go/lsgd_schedule.go"),
+    ),
+    (
+        "lsgd_momentum.go",
+        include_str!("../kit/go/lsgd_momentum.go"),
+    ),
+    (
+        "lsgd_batch_size.go",
+        include_str!("../kit/go/lsgd_batch_size.go"),
+    ),
+    (
+        "lsgd_label_smoothing.go",
+        include_str!("../kit/go/lsgd_label_smoothing.go"),
+    ),
+    (
+        "lsgd_layer_rate.go",
+        include_str!("../kit/go/lsgd_layer_rate.go"),
+    ),
+    ("lsgd_state.go", include_str!("../kit/go/lsgd_state.go")),
+];
+
 const USAGE: &str = "usage:
   lsgd-plugin-build c-bindings WIT_DIR WORLD OUT_DIR
+  lsgd-plugin-build go-kit WIT_DIR WORLD OUT_DIR
   lsgd-plugin-build componentize [--wasi-stub] CORE.wasm WIT_DIR WORLD OUT.wasm
   lsgd-plugin-build exports COMPONENT.wasm";
 
@@ -47,6 +81,7 @@ fn run(args: Vec<String>) -> Result<()> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
         ["c-bindings", wit, world, out] => c_bindings(Path::new(wit), world, Path::new(out)),
+        ["go-kit", wit, world, out] => go_kit(Path::new(wit), world, Path::new(out)),
         ["componentize", core, wit, world, out] => componentize(
             Path::new(core),
             Path::new(wit),
@@ -79,6 +114,8 @@ fn load_world(dir: &Path, world: &str) -> Result<(Resolve, WorldId)> {
 
 fn c_bindings(wit: &Path, world: &str, out: &Path) -> Result<()> {
     let (mut resolve, id) = load_world(wit, world)?;
+    let exports = exported_functions(&resolve, id);
+    let has = |iface: &str, func: &str| exports.iter().any(|(i, f)| i == iface && f == func);
     // The type information is embedded by `componentize` after linking, the same way for every
     // language, so no `*_component_type.o` is needed.
     // One name for every world (`lsgd.h`, `lsgd_string_t`), so lsgd_kit.h serves every kind.
@@ -96,11 +133,118 @@ fn c_bindings(wit: &Path, world: &str, out: &Path) -> Result<()> {
         if name.ends_with(".c") {
             // The bindings reference a symbol of the `*_component_type.o` we do not write.
             bytes.extend_from_slice(b"\nvoid __component_type_object_force_link_lsgd(void) {}\n");
+            if has("schedule", "momentum") {
+                bytes.extend_from_slice(C_MOMENTUM_DEFAULT.as_bytes());
+            }
         }
         std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
     }
+    // Kit helpers whose types exist only in some worlds are compiled in by these macros.
+    let mut prelude = format!(
+        "/* Written by lsgd-plugin-build for the world {world} of lsgd:policy@{}. */\n\
+         #define LSGD_POLICY_VERSION \"{}\"\n",
+        package_version(&resolve, id),
+        package_version(&resolve, id),
+    );
+    if exports.iter().any(|(i, _)| i == "state") {
+        prelude.push_str("#define LSGD_STATEFUL 1\n");
+    }
     let kit = out.join("lsgd_kit.h");
-    std::fs::write(&kit, C_KIT).with_context(|| format!("writing {}", kit.display()))
+    std::fs::write(&kit, prelude + C_KIT).with_context(|| format!("writing {}", kit.display()))
+}
+
+/// Linked into a 0.4+ schedule's C bindings: a plugin that defines no `momentum` keeps the
+/// configured one at every step, so the momentum function is as optional in C as in the other
+/// kits. Weak, so that the plugin's own definition wins at link time.
+const C_MOMENTUM_DEFAULT: &str = "
+/* lsgd-plugin-build: the default momentum, none (the configured --momentum or --beta1 stays);
+ * a plugin that defines exports_lsgd_policy_schedule_momentum replaces it. */
+__attribute__((__weak__)) bool exports_lsgd_policy_schedule_momentum(
+    exports_lsgd_policy_schedule_train_state_t *state, double *ret) {
+  (void)state;
+  (void)ret;
+  return false;
+}
+";
+
+/// `(interface, function)` for every function `world` exports, interfaces by their bare name
+/// (`schedule`, `state` ...).
+fn exported_functions(resolve: &Resolve, world: WorldId) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for item in resolve.worlds[world].exports.values() {
+        if let WorldItem::Interface { id, .. } = item {
+            let iface = &resolve.interfaces[*id];
+            let name = iface.name.clone().unwrap_or_default();
+            for func in iface.functions.keys() {
+                out.push((name.clone(), func.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The version of the package that declares `world` (`0.4.0`), `0.0.0` for an unversioned one.
+fn package_version(resolve: &Resolve, world: WorldId) -> String {
+    resolve.worlds[world]
+        .package
+        .and_then(|p| {
+            resolve.packages[p]
+                .name
+                .version
+                .as_ref()
+                .map(|v| v.to_string())
+        })
+        .unwrap_or_else(|| "0.0.0".to_owned())
+}
+
+fn go_kit(wit: &Path, world: &str, out: &Path) -> Result<()> {
+    let (resolve, id) = load_world(wit, world)?;
+    let version = package_version(&resolve, id);
+    let exports = exported_functions(&resolve, id);
+    let mut names = vec!["lsgd_plugin.go"];
+    for (iface, func) in &exports {
+        let file = match (iface.as_str(), func.as_str()) {
+            ("plugin", _) => continue,
+            ("schedule", "learning-rate") => "lsgd_schedule.go",
+            ("schedule", "momentum") => "lsgd_momentum.go",
+            ("batch-size", _) => "lsgd_batch_size.go",
+            ("label-smoothing", _) => "lsgd_label_smoothing.go",
+            ("layer-rate", _) => "lsgd_layer_rate.go",
+            ("state", _) => "lsgd_state.go",
+            (iface, func) => bail!("the Go kit has no {iface}.{func} (world {world})"),
+        };
+        if !names.contains(&file) {
+            names.push(file);
+        }
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    for name in names {
+        let (_, text) = GO_KIT
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("listed above");
+        let path = out.join(name);
+        std::fs::write(&path, go_exports_at(text, &version))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `text` with every `//go:wasmexport lsgd:policy/IFACE@X.Y.Z#func` at `version`: the canonical
+/// ABI of an interface is the same in every 0.x version that has it, only the names differ.
+/// `lsgd-host new` does the same for the projects it writes.
+fn go_exports_at(text: &str, version: &str) -> String {
+    const EXPORT: &str = "//go:wasmexport lsgd:policy/";
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let renamed = line.strip_prefix(EXPORT).and_then(|rest| {
+            let (iface, rest) = rest.split_once('@')?;
+            let (_, func) = rest.split_once('#')?;
+            Some(format!("{EXPORT}{iface}@{version}#{func}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+    }
+    out
 }
 
 fn componentize(core: &Path, wit: &Path, world: &str, out: &Path, stub: bool) -> Result<()> {

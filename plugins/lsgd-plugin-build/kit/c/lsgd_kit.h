@@ -3,7 +3,13 @@
  *
  * The host passes every parameter, type-checked, to configure(); lsgd_resolve() still applies the
  * declared defaults and checks names and types the way the Rust plugins do, so a plugin behaves
- * the same when called by any host. Messages match the Rust reference plugins word for word. */
+ * the same when called by any host. Messages match the Rust reference plugins word for word.
+ *
+ * lsgd-plugin-build writes this file with a few lines in front of it: LSGD_POLICY_VERSION (the
+ * contract version, "0.4.0") and, for a stateful-* world, LSGD_STATEFUL, which brings in the
+ * snapshot/restore helpers at the end. From contract 0.4 a schedule's momentum is optional: a
+ * plugin that does not define exports_lsgd_policy_schedule_momentum answers none (lsgd.c has a
+ * weak default). */
 #ifndef LSGD_KIT_H
 #define LSGD_KIT_H
 
@@ -285,5 +291,30 @@ static size_t lsgd_passed(const double *milestones, size_t n, double e) {
   while (i < n && e >= milestones[i]) i++;
   return i;
 }
+
+/* ---- snapshot() and restore(), in a stateful-* world ---------------------------------------- */
+
+#ifdef LSGD_STATEFUL
+/* snapshot()'s result: a heap copy of the `n` bytes at `state`, which the bindings free after
+ * the host has read it. */
+static void lsgd_snapshot(lsgd_list_u8_t *ret, const void *state, size_t n) {
+  ret->ptr = malloc(n ? n : 1);
+  if (!ret->ptr) abort();
+  memcpy(ret->ptr, state, n);
+  ret->len = n;
+}
+
+/* restore(): copies a snapshot of exactly `n` bytes into `state`, else an error naming both
+ * sizes (the Rust plugins' words); frees the list, which the bindings hand over. */
+static bool lsgd_restore(lsgd_list_u8_t *snapshot, void *state, size_t n, lsgd_string_t *err) {
+  bool ok = snapshot->len == n;
+  if (ok)
+    memcpy(state, snapshot->ptr, n);
+  else
+    lsgd_fail(err, "a snapshot of %zu bytes, expected %zu", snapshot->len, n);
+  lsgd_list_u8_free(snapshot);
+  return ok;
+}
+#endif
 
 #endif

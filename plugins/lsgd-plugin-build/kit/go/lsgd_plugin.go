@@ -5,11 +5,14 @@
 // records out in linear memory exactly as wit-component expects (offsets from wit/v0.1.0, the
 // same in every later 0.x version), exports `cabi_realloc` for the host to pass lists and
 // strings in, and leaves a plugin three things to define: `info` (what describe returns),
-// `configure(Params) error` and one policy function (see lsgd_schedule.go and its siblings).
+// `configure(Params) error` and one policy function (see lsgd_schedule.go and its siblings;
+// lsgd_momentum.go adds contract 0.4's optional momentum to a schedule, lsgd_state.go the
+// snapshot and restore of a stateful world).
 // `lsgd-plugin-build componentize --wasi-stub` then wraps the core module into a component, with
 // a stub in place of the wasip1 adapter that passes stderr (where Go prints a panic) to the host.
 // The export names carry the contract version (`@0.1.0`, which the repository's Go plugins
-// target); `lsgd-host new` writes these files with the version of the WIT it scaffolds.
+// target); `lsgd-host new` and `lsgd-plugin-build go-kit` write these files with the version of
+// the WIT they are for.
 package main
 
 import (

@@ -2,7 +2,23 @@
 //
 // describe() helpers build the `plugin-info` record; `resolve` applies the declared defaults and
 // checks names and types the way the Rust reference plugins do, and the range checks throw
-// their messages word for word, which componentize-qjs turns into configure's `err`.
+// their messages word for word, which componentize-qjs turns into configure's `err`. `schedule`
+// completes a schedule's exported object (its `momentum`, contract 0.4, defaults to none), and
+// `checkSnapshot` reads a stateful plugin's snapshot.
+
+// A schedule's exported object, for any contract version: `learningRate(s)` and, optionally,
+// `momentum(s)`. From contract 0.4 the host asks `momentum` right after `learningRate` with the
+// same state: a number in [0, 1) sets SGD's momentum (AdamW's beta1) for the step, null keeps
+// the configured one, and so does a schedule that defines none. Older contracts never call it.
+export const schedule = (impl) => ({ momentum: () => null, ...impl });
+
+// The bytes of a stateful plugin's snapshot (a Uint8Array, or an Array) as a Uint8Array if it
+// holds `size` of them; else throws the message `restore` returns (the Rust plugins' words).
+export function checkSnapshot(snapshot, size) {
+  const bytes = Uint8Array.from(snapshot);
+  if (bytes.length !== size) throw `a snapshot of ${bytes.length} bytes, expected ${size}`;
+  return bytes;
+}
 
 export const floatParam = (name, dflt, doc) => ({
   name, type: { tag: "float" }, default: { tag: "float", val: dflt }, doc,

@@ -2,7 +2,9 @@
 
 describe() helpers build the `plugin-info` record; `resolve` applies the declared defaults and
 checks names and types the way the Rust reference plugins do, and the range checks raise
-`Err(message)` with their words, so `configure` fails identically in every language.
+`Err(message)` with their words, so `configure` fails identically in every language. `Schedule`
+is the base of a schedule's exported class (its `momentum`, contract 0.4, defaults to None), and
+`check_snapshot` reads a stateful plugin's snapshot.
 """
 
 import gc
@@ -38,6 +40,28 @@ def plugin(spec: t.PluginInfo, config: Callable[[Dict[str, object]], object]):
             current[0] = config(resolve(spec, params))
 
     return Plugin, lambda: current[0]
+
+
+class Schedule:
+    """Base of a schedule's exported class: `class Schedule(kit.Schedule)` defining
+    `learning_rate(self, s) -> float`, for any contract version.
+
+    From contract 0.4 the host asks `momentum(self, s)` right after `learning_rate`, with the
+    same state: a float in [0, 1) sets SGD's momentum (AdamW's beta1) for the step, None keeps
+    the configured one. Defining it is optional: this default answers None at every step. Older
+    contracts never call it.
+    """
+
+    def momentum(self, s) -> Optional[float]:
+        return None
+
+
+def check_snapshot(snapshot: bytes, size: int) -> bytes:
+    """`snapshot` if it holds `size` bytes, else `Err` naming both sizes (the Rust plugins' words):
+    the check a stateful plugin's `restore` starts with."""
+    if len(snapshot) != size:
+        raise Err(f"a snapshot of {len(snapshot)} bytes, expected {size}")
+    return bytes(snapshot)
 
 
 def info(name: str, version: str, summary: str, params: List[t.ParamSpec]) -> t.PluginInfo:
