@@ -86,6 +86,42 @@ const VERSIONS: &[(&str, &[World])] = &[
             ),
         ],
     ),
+    // 0.4.0: 0.3.0's worlds; its `schedule` interface gains `momentum`.
+    (
+        "v0.4.0",
+        &[
+            ("schedule-plugin", &["plugin", "schedule"]),
+            ("stateful-schedule-plugin", &["plugin", "schedule", "state"]),
+            ("batch-size-plugin", &["plugin", "batch-size"]),
+            (
+                "stateful-batch-size-plugin",
+                &["plugin", "batch-size", "state"],
+            ),
+            ("label-smoothing-plugin", &["plugin", "label-smoothing"]),
+            (
+                "stateful-label-smoothing-plugin",
+                &["plugin", "label-smoothing", "state"],
+            ),
+            ("codec-plugin", &["plugin", "codec"]),
+            ("layer-rate-plugin", &["plugin", "layer-rate"]),
+            (
+                "stateful-layer-rate-plugin",
+                &["plugin", "layer-rate", "state"],
+            ),
+            (
+                "host-view",
+                &[
+                    "plugin",
+                    "schedule",
+                    "batch-size",
+                    "label-smoothing",
+                    "codec",
+                    "layer-rate",
+                    "state",
+                ],
+            ),
+        ],
+    ),
 ];
 
 /// The version folders under `wit/`, sorted.
