@@ -180,6 +180,23 @@ pub fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
         v.push(a.to_string());
     }
     v.push(out.display().to_string());
+    overridden(v, extra)
+}
+
+/// `base` flags followed by `extra`, minus each `--flag VALUE` of `base` whose flag `extra`
+/// gives again: a single-valued flag given twice is refused, so a test's `extra` replaces the
+/// job's own value (`--set`, which repeats, is kept).
+pub fn overridden(base: Vec<String>, extra: &[&str]) -> Vec<String> {
+    let given = |flag: &str| flag != "--set" && extra.contains(&flag);
+    let mut v = Vec::with_capacity(base.len() + extra.len());
+    let mut base = base.into_iter();
+    while let Some(a) = base.next() {
+        if a.starts_with("--") && given(&a) {
+            base.next();
+            continue;
+        }
+        v.push(a);
+    }
     v.extend(extra.iter().map(|s| s.to_string()));
     v
 }
@@ -273,8 +290,7 @@ pub fn tiny_at(batch: u32, epochs: u32, out: &Path, extra: &[&str]) -> Vec<Strin
         "--epochs".to_string(),
         epochs.to_string(),
     ]);
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
+    overridden(v, extra)
 }
 
 /// A PNG's width and height, after checking its signature and header chunk.

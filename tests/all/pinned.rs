@@ -61,10 +61,13 @@ fn weights_hash(stdout: &str) -> String {
         .to_string()
 }
 
+/// A CPU model name and whether it has AVX-512.
+type Cpu = (&'static str, bool);
+
 /// The pinned hashes by CPU model (`model name` of /proc/cpuinfo) and whether it has AVX-512
 /// (`None`: any other CPU), in the order one process, two ranks ring, top-k with error
 /// feedback, fp16 with error feedback.
-const PINS: &[(Option<(&str, bool)>, [&str; 4])] = &[
+const PINS: &[(Option<Cpu>, [&str; 4])] = &[
     (
         None,
         [
