@@ -23,6 +23,7 @@ mod layerwise;
 mod mpi;
 mod pinned;
 mod plot;
+mod policy_change;
 mod precision;
 mod rank_faults;
 mod run_dir;

@@ -232,6 +232,14 @@ impl RunConfig {
         diff(&now, &then, &mut out);
         out
     }
+
+    /// [`RunConfig::mismatches`] less the settings a resume with `--allow-policy-change` may
+    /// change (`--epochs`; the plugins are not settings): what still makes it another run.
+    pub fn fixed_mismatches(&self, saved: &RunConfig) -> Vec<String> {
+        let mut now = self.clone();
+        now.epochs = saved.epochs;
+        now.mismatches(saved)
+    }
 }
 
 fn json(c: &RunConfig) -> serde_json::Value {
@@ -378,6 +386,22 @@ mod tests {
         old.as_object_mut().unwrap().remove("local_clip_norm");
         old["error_feedback"] = serde_json::Value::Bool(false);
         assert_eq!(serde_json::from_value::<TrainConfig>(old).unwrap(), c);
+    }
+
+    #[test]
+    fn only_epochs_may_change_with_the_policies() {
+        let mut other = run();
+        other.epochs = 5;
+        assert_eq!(
+            other.mismatches(&run()),
+            ["--epochs: checkpoint has 2, this run has 5"]
+        );
+        assert!(other.fixed_mismatches(&run()).is_empty());
+        other.seed = 8;
+        assert_eq!(
+            other.fixed_mismatches(&run()),
+            ["--seed: checkpoint has 7, this run has 8"]
+        );
     }
 
     #[test]

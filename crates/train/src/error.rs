@@ -107,8 +107,9 @@ pub enum Error {
     /// A plugin fault stopped training after the state was saved. The fault is part of the
     /// message (not only its source) so that every way of printing it names the plugin.
     #[error(
-        "training stopped; state before step {step} saved to {} (resume with --resume): {fault}",
-        .saved.display()
+        "training stopped; state before step {step} saved to {} (resume with {}): {fault}",
+        .saved.display(),
+        resume_advice(.saved)
     )]
     Stopped {
         /// The step that did not happen.
@@ -166,6 +167,20 @@ fn newest_checkpoint(checkpoint: Option<&(PathBuf, u64)>) -> String {
         None => "this run wrote no checkpoint (--checkpoint-every N writes one every N steps)"
             .to_string(),
     }
+}
+
+/// How to continue after a plugin fault whose state went to `saved`: as it is, or, since a
+/// fixed plugin or other parameters are other policies, with `--allow-policy-change`.
+fn resume_advice(saved: &std::path::Path) -> String {
+    let dir = saved
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    format!(
+        "--resume {dir}; once the plugin or its --set is fixed, with --resume {dir} \
+         --allow-policy-change",
+        dir = dir.display()
+    )
 }
 
 /// The trainer's result.

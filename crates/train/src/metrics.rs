@@ -3,6 +3,8 @@
 //! run first drops the records past its checkpoint, so the file never holds a step twice.
 //! `lsgd-host launch` adds one `restart` record each time it restarts the job after a lost
 //! rank; they describe the job rather than the training, so a resumed run keeps them all.
+//! A resume with `--allow-policy-change` adds one `policy-change` record at its step, kept by
+//! later resumes that continue from after it.
 //! Every record written here also goes to a TensorBoard event file ([`crate::tensorboard`]).
 
 use std::fs::{self, File, OpenOptions};
@@ -104,6 +106,55 @@ pub struct RestartRecord {
     pub elapsed_s: f64,
 }
 
+/// A resume with `--allow-policy-change` continued the run with other policy plugins, other
+/// parameters or another `--epochs` (written when the resumed run opens its metrics).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PolicyChangeRecord {
+    /// The step the new policies start at: the checkpoint's.
+    pub step: u64,
+    /// Each slot whose plugin changed, in slot order (empty when only `--epochs` did).
+    pub changes: Vec<PluginChange>,
+    /// `--epochs` of the checkpoint, when this run has another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epochs_from: Option<u32>,
+    /// `--epochs` of this run, when it differs from the checkpoint's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epochs_to: Option<u32>,
+    /// The stateful plugins (slot keys) that start from a fresh instance: their identity
+    /// changed, so the checkpoint's snapshot is not theirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fresh_state: Vec<String>,
+    /// The codec changed, so the checkpoint's error-feedback residuals (and DGC velocities),
+    /// which only its codec's payloads can pay back, were dropped: the new one starts from zero.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub codec_state_dropped: bool,
+}
+
+/// One slot of a [`PolicyChangeRecord`]: the plugin there before and after, as identity
+/// lines (`schedule warmup (blake3 1a2b3c4d5e6f…, params [...])`), `None` for no plugin.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PluginChange {
+    /// The slot's key: `schedule`, `schedule.1` (a composed schedule's part), `codec` ...
+    pub slot: String,
+    /// The checkpoint's plugin in the slot.
+    pub from: Option<String>,
+    /// This run's plugin in the slot.
+    pub to: Option<String>,
+}
+
+impl PolicyChangeRecord {
+    /// Whether a checkpoint with these plugin identity lines and `--epochs` was written after
+    /// this change (its new plugins and epochs in force), rather than before it.
+    pub fn is_in(&self, plugins: &[String], epochs: u32) -> bool {
+        let slot_of = |line: &String| line.split(' ').next().unwrap_or_default().to_string();
+        let plugins_in = self.changes.iter().all(|c| match &c.to {
+            Some(line) => plugins.contains(line),
+            None => !plugins.iter().any(|l| slot_of(l) == c.slot),
+        });
+        plugins_in && self.epochs_to.is_none_or(|e| e == epochs)
+    }
+}
+
 /// A line of metrics.jsonl.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -114,6 +165,9 @@ pub enum Record {
     Eval(EvalRecord),
     /// A restart by `lsgd-host launch`.
     Restart(RestartRecord),
+    /// A resume that changed the policies (`--allow-policy-change`).
+    #[serde(rename = "policy-change")]
+    PolicyChange(PolicyChangeRecord),
 }
 
 impl Record {
@@ -133,13 +187,33 @@ impl Record {
         }
     }
 
+    /// The policy-change record, if this is one.
+    pub fn as_policy_change(&self) -> Option<&PolicyChangeRecord> {
+        match self {
+            Record::PolicyChange(c) => Some(c),
+            _ => None,
+        }
+    }
+
     fn step(&self) -> u64 {
         match self {
             Record::Step(s) => s.step + 1,
             Record::Eval(e) => e.step,
             Record::Restart(r) => r.resumed_step,
+            Record::PolicyChange(c) => c.step,
         }
     }
+}
+
+/// The checkpoint a resumed run continues, as [`MetricsWriter::open`] needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumed {
+    /// Its step.
+    pub step: u64,
+    /// The identity lines of the plugins it was written with.
+    pub plugins: Vec<String>,
+    /// The `--epochs` it was written with.
+    pub epochs: u32,
 }
 
 const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped,worker,staleness,momentum";
@@ -160,7 +234,7 @@ pub fn read(path: &Path) -> Result<Vec<Record>> {
             let line = line.map_err(Error::io(format!("cannot read {}", path.display())))?;
             serde_json::from_str(&line).map_err(|source| Error::Json {
                 context: format!(
-                    "{}:{}: not a metrics record (expected a JSON object with \"kind\": \"step\", \"eval\" or \"restart\")",
+                    "{}:{}: not a metrics record (expected a JSON object with \"kind\": \"step\", \"eval\", \"restart\" or \"policy-change\")",
                     path.display(),
                     i + 1
                 ),
@@ -181,18 +255,28 @@ pub struct MetricsWriter {
 
 impl MetricsWriter {
     /// Opens `dir/metrics.jsonl` (and the CSV files when `csv`): fresh for a new run, or kept
-    /// up to and including step `resume_step` for a resumed one. Restart records survive a
-    /// resume, and a new run when they are all the file holds: `launch` clears a failed
-    /// attempt's steps before it starts the job over without a checkpoint. A new event file
-    /// receives the records from `resume_step` on (after a `SessionLog.START` that hides the
-    /// earlier files' events from there on); a new run removes the old event files first.
-    pub fn open(dir: &Path, csv: bool, resume_step: Option<u64>) -> Result<Self> {
+    /// up to and including the step of the checkpoint `resumed` continues. Restart records
+    /// survive a resume, and a new run when they are all the file holds: `launch` clears a
+    /// failed attempt's steps before it starts the job over without a checkpoint. A
+    /// policy-change record at the checkpoint's own step survives only if the checkpoint was
+    /// written after it (an earlier resume changed the policies, then stopped at once), not
+    /// when it was that resume's starting point. A new event file receives the records from the
+    /// resume step on (after a `SessionLog.START` that hides the earlier files' events from
+    /// there on); a new run removes the old event files first.
+    pub fn open(dir: &Path, csv: bool, resumed: Option<&Resumed>) -> Result<Self> {
         let path = dir.join("metrics.jsonl");
         let restart = |r: &Record| matches!(r, Record::Restart(_));
-        let kept = match resume_step {
-            Some(step) if path.exists() => read(&path)?
+        let resume_step = resumed.map(|r| r.step);
+        let kept = match resumed {
+            Some(from) if path.exists() => read(&path)?
                 .into_iter()
-                .filter(|r| restart(r) || r.step() <= step)
+                .filter(|r| match r {
+                    Record::Restart(_) => true,
+                    Record::PolicyChange(c) if c.step == from.step => {
+                        c.is_in(&from.plugins, from.epochs)
+                    }
+                    r => r.step() <= from.step,
+                })
                 .collect(),
             // A new run starts over whatever an earlier one left, readable or not.
             None => read(&path)
@@ -284,7 +368,7 @@ impl MetricsWriter {
                     e.step, e.epoch, e.test_loss, e.test_acc, e.elapsed_s
                 )?,
                 // The CSV files hold the training only.
-                Record::Restart(_) => {}
+                Record::Restart(_) | Record::PolicyChange(_) => {}
             }
         }
         Ok(())
@@ -311,4 +395,68 @@ fn create(path: &Path) -> Result<File> {
         .truncate(true)
         .open(path)
         .map_err(Error::io(format!("cannot write {}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(step: u64, to: &str) -> Record {
+        Record::PolicyChange(PolicyChangeRecord {
+            step,
+            changes: vec![PluginChange {
+                slot: "schedule".into(),
+                from: Some("schedule a (blake3 1…, params [])".into()),
+                to: Some(to.into()),
+            }],
+            epochs_from: None,
+            epochs_to: None,
+            fresh_state: Vec::new(),
+            codec_state_dropped: false,
+        })
+    }
+
+    fn eval(step: u64) -> Record {
+        Record::Eval(EvalRecord {
+            step,
+            epoch: 1,
+            test_loss: 1.0,
+            test_acc: 0.5,
+            elapsed_s: 1.0,
+        })
+    }
+
+    #[test]
+    fn a_policy_change_survives_a_resume_after_it_but_not_one_from_before_it() {
+        let dir = std::env::temp_dir().join(format!("lsgd-metrics-change-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let b = "schedule b (blake3 2…, params [])";
+        let records = [eval(2), change(2, b), eval(4), change(4, b), eval(6)];
+        let text: String = records
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap() + "\n")
+            .collect();
+        let tagged = serde_json::to_value(&records[1]).unwrap();
+        assert_eq!(tagged["kind"], "policy-change");
+        let kept = |step: u64, plugins: &[&str]| {
+            fs::write(dir.join("metrics.jsonl"), &text).unwrap();
+            let resumed = Resumed {
+                step,
+                plugins: plugins.iter().map(|p| p.to_string()).collect(),
+                epochs: 1,
+            };
+            drop(MetricsWriter::open(&dir, false, Some(&resumed)).unwrap());
+            read(&dir.join("metrics.jsonl")).unwrap()
+        };
+        // From step 4 with b in force: the change at 4 came before the checkpoint.
+        assert_eq!(kept(4, &[b]), records[..4]);
+        // From step 4 with a: the checkpoint is the one the change at 4 started from.
+        assert_eq!(
+            kept(4, &["schedule a (blake3 1…, params [])"]),
+            records[..3]
+        );
+        assert_eq!(kept(6, &[b]), records);
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -2,7 +2,8 @@
 //! [`crate::metrics::MetricsWriter`] writes is also one event of scalars, so the two never
 //! disagree. Steps are at x = their index (`train/*`), evaluations at x = the steps taken
 //! before them (`test/*`: the evaluation after step index 11 is at 12), restarts by
-//! `lsgd-host launch` at the step the job resumed from (`restart/*`).
+//! `lsgd-host launch` at the step the job resumed from (`restart/*`), and a resume with
+//! `--allow-policy-change` at the step the new policies start at (`policy_change/*`).
 //!
 //! The format is TensorFlow's: TFRecord framing (length, masked CRC-32C of the length, data,
 //! masked CRC-32C of the data) around `tensorboard.Event` protobufs, encoded here by hand
@@ -129,7 +130,8 @@ impl EventWriter {
 }
 
 /// The TensorBoard step of `record` and its scalars by tag: every number the record has
-/// (optional ones when present; `restart/lost_ranks` counts the lost ranks).
+/// (optional ones when present; `restart/lost_ranks` counts the lost ranks,
+/// `policy_change/plugins` the slots whose plugin changed).
 pub fn scalars(record: &Record) -> (u64, Vec<(&'static str, f64)>) {
     match record {
         Record::Step(s) => {
@@ -173,6 +175,18 @@ pub fn scalars(record: &Record) -> (u64, Vec<(&'static str, f64)>) {
             ];
             v.extend(r.signal.map(|x| ("restart/signal", f64::from(x))));
             (r.resumed_step, v)
+        }
+        Record::PolicyChange(c) => {
+            // A marker at the step, whatever changed: a chart of it shows where.
+            let mut v = vec![
+                ("policy_change/count", 1.0),
+                ("policy_change/plugins", c.changes.len() as f64),
+            ];
+            v.extend(c.epochs_to.map(|e| ("policy_change/epochs", f64::from(e))));
+            if c.codec_state_dropped {
+                v.push(("policy_change/codec_state_dropped", 1.0));
+            }
+            (c.step, v)
         }
     }
 }

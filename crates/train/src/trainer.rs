@@ -130,16 +130,43 @@ pub struct Trainer<'w> {
     last_checkpoint: Option<(PathBuf, u64)>,
 }
 
+/// Where a run starts: afresh, or from a checkpoint and with what leave.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Start<'a> {
+    /// The checkpoint (or run directory) to continue (`--resume`).
+    pub resume: Option<&'a Path>,
+    /// `--allow-policy-change`: the checkpoint may be continued with other policy plugins,
+    /// parameters or `--epochs`, which start at its step (weights, optimizer state and step
+    /// carry over), so a run stopped by a plugin fault can go on with the fixed plugin.
+    pub allow_policy_change: bool,
+}
+
 impl<'w> Trainer<'w> {
     /// Sets up the run `config` describes on this rank of `world`: data, model, optimizer,
     /// gradient exchange and clock, resumed from `resume` if given.
     pub fn new(
         world: &'w mut World,
         config: &TrainConfig,
-        mut policies: PolicySet,
+        policies: PolicySet,
         resume: Option<&Path>,
         reporting: Reporting,
     ) -> Result<Self> {
+        let start = Start {
+            resume,
+            allow_policy_change: false,
+        };
+        Self::start(world, config, policies, start, reporting)
+    }
+
+    /// [`Trainer::new`], starting as `start` says.
+    pub fn start(
+        world: &'w mut World,
+        config: &TrainConfig,
+        mut policies: PolicySet,
+        start: Start<'_>,
+        reporting: Reporting,
+    ) -> Result<Self> {
+        let resume = start.resume;
         config.validate()?;
         if let Some(path) = &config.invocation.save_model {
             // Refused now rather than after the run: a --save-model the model cannot use.
@@ -207,13 +234,18 @@ impl<'w> Trainer<'w> {
             tensors,
             last_checkpoint: None,
         };
-        let resumed_at = resume
-            .map(|path| trainer.resume(path, reporting.quiet))
+        let resumed = resume
+            .map(|path| trainer.resume(path, start.allow_policy_change, reporting.quiet))
             .transpose()?;
         let root = trainer.world.is_root();
         if root {
             let inv = &trainer.config.invocation;
-            trainer.metrics = Metrics(Some(MetricsWriter::open(&inv.out, inv.csv, resumed_at)?));
+            let from = resumed.as_ref().map(|r| &r.metrics);
+            trainer.metrics = Metrics(Some(MetricsWriter::open(&inv.out, inv.csv, from)?));
+        }
+        if let Some(change) = resumed.and_then(|r| r.change) {
+            trainer.metrics.write(&Record::PolicyChange(change))?;
+            trainer.metrics.flush()?;
         }
         let total = trainer.clock.state().total_steps;
         trainer.progress = Progress::new(total, reporting.quiet || !root);

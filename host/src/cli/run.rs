@@ -15,7 +15,8 @@ use crate::train::augment::Augment;
 use crate::train::config::{Mode, Slowdown};
 use crate::train::data::DatasetKind;
 use crate::train::exchange::ErrorFeedback;
-use crate::train::{self, DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig};
+use crate::train::trainer::Start;
+use crate::train::{DeviceChoice, Invocation, Reporting, RunConfig, TrainConfig, Trainer};
 
 /// `--on-plugin-fault`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +175,14 @@ pub struct RunArgs {
     /// Continue from a checkpoint (its checkpoint.json, or the run directory).
     #[arg(long, value_name = "CKPT")]
     resume: Option<PathBuf>,
+    /// With --resume: continue the checkpoint with other policy plugins, other plugin
+    /// parameters or another --epochs (one whose end it has not passed), e.g. after fixing the
+    /// plugin that stopped it. Weights, optimizer, loss scaler and step carry over; the new
+    /// plugins start at the checkpoint's step, a changed stateful plugin from a fresh state, a
+    /// changed codec with zero error feedback; metrics.jsonl records a `policy-change`. Every
+    /// other setting must still match.
+    #[arg(long, requires = "resume")]
+    allow_policy_change: bool,
     /// Start a new run in an --out that holds another run's checkpoints or metrics, removing
     /// them first (without it such an --out is refused); nothing is removed when --resume
     /// continues the run in --out itself (as `launch` does on a restart).
@@ -368,13 +377,12 @@ pub fn run(args: RunArgs) -> Result<()> {
     let runtime = args.limits.runtime()?;
     let mut policies = args.policies.load(&runtime, args.limits.bounds())?;
     policies.set_on_fault(args.on_fault()?);
-    let summary = train::run_in(
-        &mut world,
-        &config,
-        policies,
-        args.resume.as_deref(),
-        Reporting { quiet: args.quiet },
-    )?;
+    let start = Start {
+        resume: args.resume.as_deref(),
+        allow_policy_change: args.allow_policy_change,
+    };
+    let reporting = Reporting { quiet: args.quiet };
+    let summary = Trainer::start(&mut world, &config, policies, start, reporting)?.run()?;
     if !world.is_root() {
         return Ok(());
     }
