@@ -207,7 +207,6 @@ impl PolicyArgs {
         compose_schedule(runtime, &mut set, composition, &later, parts)?;
         Ok(set)
     }
-
 }
 
 /// The later parts of a composed schedule.

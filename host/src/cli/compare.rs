@@ -4,8 +4,8 @@ use anyhow::Result;
 use clap::Args;
 
 use super::args::{
-    ComposeArgs, InputArgs, LimitArgs, ShapeArgs, compose_schedule, parse_settings,
-    schedule_parts, settings_for,
+    ComposeArgs, InputArgs, LimitArgs, ShapeArgs, compose_schedule, parse_settings, schedule_parts,
+    settings_for,
 };
 use super::trace::Format;
 use crate::compare::{
@@ -104,7 +104,14 @@ pub fn run(args: CompareArgs) -> Result<bool> {
     if kind == PolicyKind::LayerRate && inputs.norms.names().is_empty() {
         anyhow::bail!("comparing layer-rate plugins needs the tensors' norms: --norms-file FILE");
     }
-    let report = compare(&mut a, &mut b, kind, args.shape.clock()?, &inputs, tolerance)?;
+    let report = compare(
+        &mut a,
+        &mut b,
+        kind,
+        args.shape.clock()?,
+        &inputs,
+        tolerance,
+    )?;
     if args.format == Some(Format::Json) {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -122,11 +129,19 @@ fn side(
     bounds: Bounds,
 ) -> Result<(PolicySet, String)> {
     let chained = spec.contains('*');
-    let mut parts = spec.split(if chained { '*' } else { ',' }).map(str::to_string);
+    let mut parts = spec
+        .split(if chained { '*' } else { ',' })
+        .map(str::to_string);
     let first = parts.next().expect("split yields one part");
     let compose = match chained {
-        true => ComposeArgs { then: Vec::new(), chain: parts.collect() },
-        false => ComposeArgs { then: parts.collect(), chain: Vec::new() },
+        true => ComposeArgs {
+            then: Vec::new(),
+            chain: parts.collect(),
+        },
+        false => ComposeArgs {
+            then: parts.collect(),
+            chain: Vec::new(),
+        },
     };
     let (composition, later) = compose.composition()?;
     let mut settings = schedule_parts(settings, later.len())?;

@@ -81,7 +81,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
         }
         for (part, r) in reports.iter_mut().enumerate() {
             if r.kind != PolicyKind::Schedule.to_string() {
-                anyhow::bail!("{} is a {} plugin; every part of a composed schedule is a schedule", r.file, r.kind);
+                anyhow::bail!(
+                    "{} is a {} plugin; every part of a composed schedule is a schedule",
+                    r.file,
+                    r.kind
+                );
             }
             let slot = Slot {
                 kind: PolicyKind::Schedule,
@@ -89,7 +93,9 @@ pub fn run(args: InspectArgs) -> Result<()> {
             };
             r.part = Some(match (&composition, part) {
                 (_, 0) => format!("{} ({composition})", slot.key()),
-                (Composition::Sequential(m), n) => format!("{} (from step {})", slot.key(), m[n - 1]),
+                (Composition::Sequential(m), n) => {
+                    format!("{} (from step {})", slot.key(), m[n - 1])
+                }
                 _ => format!("{} (chained)", slot.key()),
             });
         }
@@ -220,7 +226,12 @@ fn print_text(r: &Report) {
     }
     println!(
         "parameters:  (set with --set {}.NAME=VALUE)",
-        kind_prefix(r.part.as_deref().and_then(|p| p.split(' ').next()).unwrap_or(&r.kind))
+        kind_prefix(
+            r.part
+                .as_deref()
+                .and_then(|p| p.split(' ').next())
+                .unwrap_or(&r.kind)
+        )
     );
     let w = r
         .params
