@@ -64,7 +64,7 @@ double exports_lsgd_policy_schedule_learning_rate(exports_lsgd_policy_schedule_t
 
 /* The momentum of the step, asked right after learning_rate with the same state: store a value
  * in [0, 1) and return true to set SGD's momentum (AdamW's beta1) for the step, e.g.
- * `*ret = 0.9; return true;`; false keeps the configured one (--momentum, --beta1), as does
+ * `*ret = 0.9; return true;`; false keeps the configured one (--momentum, --adam-beta1), as does
  * leaving this function out (lsgd-plugin-build links a default that answers none). */
 bool exports_lsgd_policy_schedule_momentum(exports_lsgd_policy_schedule_train_state_t *s,
                                            double *ret) {

@@ -70,7 +70,7 @@ func learningRate(s *State) float64 {
 
 // stepMomentum is the momentum of the step, asked right after learningRate with the same state:
 // (m, true) with m in [0, 1) sets SGD's momentum (AdamW's beta1) for the step, e.g.
-// `return 0.9, true`; ok == false keeps the configured one (--momentum, --beta1), as does
+// `return 0.9, true`; ok == false keeps the configured one (--momentum, --adam-beta1), as does
 // leaving lsgd_momentum.go's `momentum` nil.
 func stepMomentum(s *State) (float64, bool) {
 	return 0, false

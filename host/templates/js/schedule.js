@@ -51,7 +51,7 @@ export const schedule = kit.schedule({
   },
   // The momentum of the step, asked right after learningRate with the same state: a number in
   // [0, 1) sets SGD's momentum (AdamW's beta1) for the step, e.g. `return 0.9;`; null keeps the
-  // configured one (--momentum, --beta1), as does leaving momentum out.
+  // configured one (--momentum, --adam-beta1), as does leaving momentum out.
   momentum(s) {
     return null;
   },

@@ -59,7 +59,7 @@ class Schedule(kit.Schedule):
     def momentum(self, s):
         # The momentum of the step, asked right after learning_rate with the same state: a value
         # in [0, 1) sets SGD's momentum (AdamW's beta1) for the step, e.g. `return 0.9`; None
-        # keeps the configured one (--momentum, --beta1), as does leaving momentum out.
+        # keeps the configured one (--momentum, --adam-beta1), as does leaving momentum out.
         return None
 {{#stateful}}
 

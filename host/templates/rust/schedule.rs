@@ -90,7 +90,7 @@ impl Schedule for Component {
 
     // The momentum of the step, asked right after learning_rate with the same state: a value in
     // [0, 1) sets SGD's momentum (AdamW's beta1) for the step, e.g. `Some(0.9)`; `None` keeps
-    // the configured one (--momentum, --beta1).
+    // the configured one (--momentum, --adam-beta1).
     fn momentum(_s: TrainState) -> Option<f64> {
         None
     }

@@ -157,7 +157,7 @@ fn c_bindings(wit: &Path, world: &str, out: &Path) -> Result<()> {
 /// configured one at every step, so the momentum function is as optional in C as in the other
 /// kits. Weak, so that the plugin's own definition wins at link time.
 const C_MOMENTUM_DEFAULT: &str = "
-/* lsgd-plugin-build: the default momentum, none (the configured --momentum or --beta1 stays);
+/* lsgd-plugin-build: the default momentum, none (the configured --momentum or --adam-beta1 stays);
  * a plugin that defines exports_lsgd_policy_schedule_momentum replaces it. */
 __attribute__((__weak__)) bool exports_lsgd_policy_schedule_momentum(
     exports_lsgd_policy_schedule_train_state_t *state, double *ret) {

@@ -1,6 +1,6 @@
 // lsgd_momentum.go: the schedule's `momentum` (contract 0.4.0 and later) for Go plugins. It is
 // optional: while `momentum` is nil the plugin answers none at every step, which keeps the
-// configured momentum (`--momentum`, or AdamW's `--beta1`). A plugin that drives it assigns a
+// configured momentum (`--momentum`, or AdamW's `--adam-beta1`). A plugin that drives it assigns a
 // function in an init function,
 //
 //	func init() { momentum = func(s *State) (float64, bool) { return 0.9, true } }
