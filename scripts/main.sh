@@ -18,6 +18,14 @@ lsgd="$CARGO_TARGET_DIR/debug/lsgd-host"
 # the arguments continue it (--resume).
 fresh=(--overwrite)
 for a in "$@"; do [[ "$a" == --resume* ]] && fresh=(); done
-"$lsgd" run --schedule warmup --model cnn --epochs 4 --global-batch 1024 --base-lr 0.1 \
-  --set schedule.warmup_epochs=1 --set schedule.milestones=3 --out "$out" "${fresh[@]}" "$@"
+# The job's flags, less those the caller gives (a single-valued flag given twice is refused).
+job=()
+defaults=(--schedule warmup --model cnn --epochs 4 --global-batch 1024 --base-lr 0.1 --out "$out")
+for ((i = 0; i < ${#defaults[@]}; i += 2)); do
+  flag="${defaults[i]}" given=
+  for a in "$@"; do [[ "$a" == "$flag" || "$a" == "$flag="* ]] && given=1; done
+  [[ -n "$given" ]] || job+=("$flag" "${defaults[i + 1]}")
+done
+"$lsgd" run "${job[@]}" --set schedule.warmup_epochs=1 --set schedule.milestones=3 \
+  "${fresh[@]}" "$@"
 "$lsgd" plot "$out/metrics.jsonl" -o "$out/curves.png"
