@@ -201,30 +201,30 @@ fn a_directory_named_like_a_plugin_is_passed_over() {
     let golden = std::fs::read_to_string(root().join("tests/golden/warmup.csv")).unwrap();
     assert_eq!(stdout(&found), golden);
     // A project folder that is nothing else: the error lists where it looked and what it passed.
-    std::fs::create_dir_all(cwd.join("one-cycle")).unwrap();
-    let missing = at_cwd(&[&["trace", "--schedule", "one-cycle"], SHAPE].concat());
+    std::fs::create_dir_all(cwd.join("my-one-cycle")).unwrap();
+    let missing = at_cwd(&[&["trace", "--schedule", "my-one-cycle"], SHAPE].concat());
     assert_eq!(missing.status.code(), Some(2));
     let err = stderr(&missing);
     assert!(
-        err.contains("no plugin file `one-cycle`: not a path, and no one-cycle.wasm in ")
+        err.contains("no plugin file `my-one-cycle`: not a path, and no my-one-cycle.wasm in ")
             && err.contains(
-                "(passed over: one-cycle is a directory without a built \
-                 one-cycle/target/one-cycle.wasm (run its ./build.sh))"
+                "(passed over: my-one-cycle is a directory without a built \
+                 my-one-cycle/target/my-one-cycle.wasm (run its ./build.sh))"
             )
             && !err.contains("Is a directory"),
         "{err}"
     );
     // Once built, the project folder stands for its plugin.
-    std::fs::create_dir_all(cwd.join("one-cycle/target")).unwrap();
+    std::fs::create_dir_all(cwd.join("my-one-cycle/target")).unwrap();
     std::fs::copy(
         plugin_path("cosine"),
-        cwd.join("one-cycle/target/one-cycle.wasm"),
+        cwd.join("my-one-cycle/target/my-one-cycle.wasm"),
     )
     .unwrap();
-    let built = at_cwd(&["inspect", "one-cycle"]);
+    let built = at_cwd(&["inspect", "my-one-cycle"]);
     assert!(built.status.success(), "{}", stderr(&built));
     assert!(
-        stdout(&built).contains("one-cycle/target/one-cycle.wasm"),
+        stdout(&built).contains("my-one-cycle/target/my-one-cycle.wasm"),
         "{}",
         stdout(&built)
     );
