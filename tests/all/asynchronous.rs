@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::common::{last_accuracy, lsgd, mpirun, run_app, scratch, stderr, stdout, steps};
+use crate::common::{
+    last_accuracy, lsgd, mpirun, overridden, run_app, scratch, stderr, stdout, steps,
+};
 
 /// The schedule of the jobs that learn: warmup over a fifth of an epoch. Momentum 0.5, not 0.9:
 /// asynchrony adds momentum of its own (Mitliagkas et al. 2016), and 0.9 with two workers makes
@@ -56,8 +58,7 @@ fn flags(out: &Path, train: usize, epochs: u32, extra: &[&str]) -> Vec<String> {
     ] {
         v.push(a.to_string());
     }
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
+    overridden(v, extra)
 }
 
 /// Applied gradients per worker rank.

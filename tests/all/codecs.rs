@@ -465,8 +465,7 @@ pub(crate) fn accuracy_job(out: &std::path::Path, extra: &[&str]) -> std::proces
         v.push(a.to_string());
     }
     v.push(out.display().to_string());
-    v.extend(extra.iter().map(|s| s.to_string()));
-    mpirun(&[v])
+    mpirun(&[overridden(v, extra)])
 }
 
 /// The accuracy of [`accuracy_job`] uncompressed, run once for every test that compares

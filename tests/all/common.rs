@@ -189,10 +189,11 @@ pub fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
 pub fn overridden(base: Vec<String>, extra: &[&str]) -> Vec<String> {
     let given = |flag: &str| flag != "--set" && extra.contains(&flag);
     let mut v = Vec::with_capacity(base.len() + extra.len());
-    let mut base = base.into_iter();
+    let mut base = base.into_iter().peekable();
     while let Some(a) = base.next() {
         if a.starts_with("--") && given(&a) {
-            base.next();
+            // Its value too, unless it is a switch (the next word is a flag).
+            base.next_if(|next| !next.starts_with("--"));
             continue;
         }
         v.push(a);

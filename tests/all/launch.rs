@@ -38,8 +38,7 @@ fn job(out: &Path, extra: &[&str]) -> Vec<String> {
     .map(|s| s.to_string())
     .collect();
     v.push(out.display().to_string());
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
+    overridden(v, extra)
 }
 
 /// `lsgd-host launch LAUNCH -- JOB`, its output in files beside the run directory.

@@ -10,7 +10,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{no_mpirun, plugin_path, rank_pid, scratch, scratch_cache, steps};
+use crate::common::{no_mpirun, overridden, plugin_path, rank_pid, scratch, scratch_cache, steps};
 
 /// How long any of these jobs may take to stop after its fault.
 const BOUND: Duration = Duration::from_secs(30);
@@ -50,8 +50,7 @@ fn job(np: usize, out: &Path, extra: &[&str]) -> Vec<String> {
         .map(String::from),
     );
     v.push(out.display().to_string());
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
+    overridden(v, extra)
 }
 
 /// A running `mpirun` of `apps` (MPMD when several), each line of output tagged with its rank.
