@@ -171,7 +171,7 @@ fn fp16_overflow_skips_steps_halves_the_scale_and_training_goes_on() {
         csv.lines()
             .next()
             .unwrap()
-            .ends_with(",loss_scale,skipped,worker,staleness")
+            .ends_with(",loss_scale,skipped,worker,staleness,momentum")
     );
     assert!(
         csv.lines().nth(1).unwrap().ends_with(",1073741824,1,,"),

@@ -45,6 +45,27 @@ impl Job {
     pub fn on_ranks(self, ranks: u32) -> Job {
         Job { ranks, ..self }
     }
+
+    /// `args` as `run` takes them: a plan writes a change to a preset as the same flag again
+    /// (LAMB's `--base-lr` after Goyal's), and `run` refuses a flag given twice, so an earlier
+    /// `--flag VALUE` that a later one replaces is left out (`--set` repeats, and stays).
+    pub fn run_args(&self) -> Vec<String> {
+        let a = &self.args;
+        let replaced =
+            |i: usize| a[i].starts_with("--") && a[i] != "--set" && a[i + 1..].contains(&a[i]);
+        let mut out = Vec::with_capacity(a.len());
+        let mut i = 0;
+        while i < a.len() {
+            if replaced(i) {
+                let has_value = a.get(i + 1).is_some_and(|v| !v.starts_with("--"));
+                i += 1 + usize::from(has_value);
+                continue;
+            }
+            out.push(a[i].clone());
+            i += 1;
+        }
+        out
+    }
 }
 
 /// How a job ended.
@@ -280,7 +301,7 @@ fn train(settings: &Settings, job: &Job, dir: &Path) -> Result<(Status, f64)> {
         Command::new(&exe)
     };
     cmd.arg("run")
-        .args(&job.args)
+        .args(job.run_args())
         .arg("--out")
         .arg(dir)
         .args(["--quiet", "--device", "cpu", "--threads"])

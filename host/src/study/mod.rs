@@ -286,6 +286,14 @@ mod tests {
         let last_lr = args.iter().rposition(|a| a == "--base-lr").unwrap();
         assert_eq!(args[last_lr + 1], "0.00177");
         assert!(args.join(" ").contains("--optimizer adamw"));
+        // What `run` is given: the one --base-lr, LAMB's; repeatable --set kept.
+        let run = l.job(layerwise::Rule::Lamb, 1024, 1).run_args();
+        let lrs: Vec<_> = run.iter().filter(|a| *a == "--base-lr").collect();
+        assert_eq!(lrs.len(), 1, "{run:?}");
+        let at = run.iter().position(|a| a == "--base-lr").unwrap();
+        assert_eq!(run[at + 1], "0.00177");
+        let sets = |v: &[String]| v.iter().filter(|a| *a == "--set").count();
+        assert_eq!(sets(&run), sets(&args));
     }
 
     #[test]

@@ -351,7 +351,7 @@ mod tests {
 
     #[test]
     fn a_newer_minor_version_asks_for_a_newer_host() {
-        let e = detect(&["lsgd:policy/plugin@0.4.0", "lsgd:policy/schedule@0.4.0"]).unwrap_err();
+        let e = detect(&["lsgd:policy/plugin@0.5.0", "lsgd:policy/schedule@0.5.0"]).unwrap_err();
         assert!(e.contains("upgrade lsgd-host"), "{e}");
     }
 }

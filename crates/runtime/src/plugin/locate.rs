@@ -1,9 +1,9 @@
 //! Finds a plugin file from what the user typed: a path, or a bare name such as `warmup` or
 //! `warmup.wasm` looked up in `$LSGD_PLUGIN_PATH` and next to the installed binary
 //! (`target/release/lsgd-host` finds `target/plugins/`, where `scripts/build-plugins.sh` puts
-//! the reference plugins). Only files count: a folder `one-cycle/` in the current directory (a
-//! plugin project of `lsgd-host new`, say) does not hide the plugin `one-cycle`; a project
-//! folder that holds its built component, `one-cycle/target/one-cycle.wasm`, stands for it.
+//! the reference plugins). Only files count: a folder `my-one-cycle/` in the current directory (a
+//! plugin project of `lsgd-host new`, say) does not hide the plugin `my-one-cycle`; a project
+//! folder that holds its built component, `my-one-cycle/target/my-one-cycle.wasm`, stands for it.
 
 use std::path::{Path, PathBuf};
 
@@ -79,25 +79,25 @@ mod tests {
     #[test]
     fn a_directory_of_the_same_name_is_passed_over_and_named_when_nothing_matches() {
         let dir = std::env::temp_dir().join(format!("lsgd-locate-{}", std::process::id()));
-        let name = dir.join("one-cycle");
+        let name = dir.join("my-one-cycle");
         std::fs::create_dir_all(&name).unwrap();
         let arg = name.display().to_string();
         let err = locate(&arg).unwrap_err().to_string();
         assert!(
             err.starts_with(&format!(
-                "no plugin file `{arg}`: not a path, and no one-cycle.wasm in "
+                "no plugin file `{arg}`: not a path, and no my-one-cycle.wasm in "
             )),
             "{err}"
         );
         assert!(
             err.contains(&format!(
-                "(passed over: {arg} is a directory without a built {arg}/target/one-cycle.wasm \
+                "(passed over: {arg} is a directory without a built {arg}/target/my-one-cycle.wasm \
                  (run its ./build.sh))"
             )),
             "{err}"
         );
         // Once built, the project stands for its component.
-        let built = name.join("target/one-cycle.wasm");
+        let built = name.join("target/my-one-cycle.wasm");
         std::fs::create_dir_all(built.parent().unwrap()).unwrap();
         std::fs::write(&built, b"\0asm").unwrap();
         assert_eq!(locate(&arg).unwrap(), built);
