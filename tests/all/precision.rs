@@ -166,7 +166,7 @@ fn fp16_overflow_skips_steps_halves_the_scale_and_training_goes_on() {
         "{text}"
     );
     let csv = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
-    // (The last two columns are --mode async's worker and staleness, empty here.)
+    // (Then --mode async's worker and staleness, and a schedule's momentum: empty here.)
     assert!(
         csv.lines()
             .next()
@@ -174,7 +174,7 @@ fn fp16_overflow_skips_steps_halves_the_scale_and_training_goes_on() {
             .ends_with(",loss_scale,skipped,worker,staleness,momentum")
     );
     assert!(
-        csv.lines().nth(1).unwrap().ends_with(",1073741824,1,,"),
+        csv.lines().nth(1).unwrap().ends_with(",1073741824,1,,,"),
         "{csv}"
     );
     assert!(
