@@ -54,28 +54,7 @@ impl Trainer<'_> {
             skipped,
         } = checkpoint::resolve(path)?;
         if self.world.is_root() {
-            let name = |p: &Path| {
-                p.file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            for s in &skipped {
-                eprintln!("resume: skipped {}: {}", name(&s.json), s.reason);
-            }
-            if !quiet || !skipped.is_empty() {
-                eprintln!(
-                    "resume: using {} (step {}, {}){}",
-                    json.display(),
-                    meta.step,
-                    meta.reason,
-                    if skipped.is_empty() {
-                        ""
-                    } else {
-                        ", the newest valid checkpoint"
-                    }
-                );
-            }
+            say_which(&json, &meta, &skipped, quiet);
         }
         let path = json.as_path();
         let mut change = self.check_resumable(&meta, path, allow_policy_change)?;
@@ -85,19 +64,7 @@ impl Trainer<'_> {
         self.opt
             .load_state(&tensors, meta.last_lr)
             .map_err(cannot)?;
-        let codec = Slot {
-            kind: PolicyKind::Codec,
-            part: 0,
-        }
-        .key();
-        let same_codec = match (
-            in_slot(&meta.plugins, &codec),
-            in_slot(&self.plugins, &codec),
-        ) {
-            (Some(a), Some(b)) => same_plugin(a, b),
-            (a, b) => a.is_none() && b.is_none(),
-        };
-        if same_codec {
+        if self.same_codec(&meta) {
             self.gradients
                 .restore(&tensors, self.world.rank(), self.world.size())
                 .map_err(cannot)?;
@@ -136,6 +103,23 @@ impl Trainer<'_> {
             },
             change,
         })
+    }
+
+    /// Whether this run's codec is the checkpoint's (both none counts), so its error-feedback
+    /// state carries over.
+    fn same_codec(&self, meta: &Meta) -> bool {
+        let codec = Slot {
+            kind: PolicyKind::Codec,
+            part: 0,
+        }
+        .key();
+        match (
+            in_slot(&meta.plugins, &codec),
+            in_slot(&self.plugins, &codec),
+        ) {
+            (Some(a), Some(b)) => same_plugin(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        }
     }
 
     /// Puts every stateful plugin back into the state the checkpoint recorded for it, except
@@ -301,4 +285,31 @@ fn restore_model(vs: &VarStore, tensors: &[(String, Tensor)]) -> Result<()> {
         var.copy_(&saved.to_device(var.device()));
     }
     Ok(())
+}
+
+/// Rank 0's word on the checkpoint a resume uses: each newer one skipped and why (even when
+/// `quiet`: a skip means lost steps), then the one used.
+fn say_which(json: &Path, meta: &Meta, skipped: &[checkpoint::Skipped], quiet: bool) {
+    let name = |p: &Path| {
+        p.file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    };
+    for s in skipped {
+        eprintln!("resume: skipped {}: {}", name(&s.json), s.reason);
+    }
+    if !quiet || !skipped.is_empty() {
+        eprintln!(
+            "resume: using {} (step {}, {}){}",
+            json.display(),
+            meta.step,
+            meta.reason,
+            if skipped.is_empty() {
+                ""
+            } else {
+                ", the newest valid checkpoint"
+            }
+        );
+    }
 }
