@@ -91,12 +91,9 @@ pub fn run(args: InspectArgs) -> Result<()> {
                 kind: PolicyKind::Schedule,
                 part,
             };
-            r.part = Some(match (&composition, part) {
-                (_, 0) => format!("{} ({composition})", slot.key()),
-                (Composition::Sequential(m), n) => {
-                    format!("{} (from step {})", slot.key(), m[n - 1])
-                }
-                _ => format!("{} (chained)", slot.key()),
+            r.part = Some(match part {
+                0 => format!("{} ({composition})", slot.key()),
+                n => composition.part_label(slot.key(), n),
             });
         }
     }

@@ -83,6 +83,17 @@ impl Composition {
         }
     }
 
+    /// How part `part` of a schedule whose slot key is `key` is named in checkpoints and
+    /// messages: the key, and for a later part its place in the composition (`schedule.1 (from
+    /// step 30)`, `schedule.1 (chained)`), so a different composition is a different run.
+    pub fn part_label(&self, key: String, part: usize) -> String {
+        match (self, part) {
+            (_, 0) | (Composition::Single, _) => key,
+            (Composition::Sequential(m), n) => format!("{key} (from step {})", m[n - 1]),
+            (Composition::Chained, _) => format!("{key} (chained)"),
+        }
+    }
+
     /// What a chained part after the first sees: the state at base LR 1 for the step's own
     /// batch, so that a schedule whose LR is η·f(t) answers f(t) whatever its scaling rule.
     pub fn factor_view(state: &State) -> State {

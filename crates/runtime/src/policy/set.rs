@@ -233,11 +233,7 @@ impl PolicySet {
     /// composed schedule's later part its place in the composition (`schedule.1 (from step
     /// 30)`, `schedule.1 (chained)`), so a different composition is a different run.
     pub fn slot_label(&self, slot: Slot) -> String {
-        match (&self.composition, slot.part) {
-            (_, 0) | (Composition::Single, _) => slot.key(),
-            (Composition::Sequential(m), n) => format!("{} (from step {})", slot.key(), m[n - 1]),
-            (Composition::Chained, _) => format!("{} (chained)", slot.key()),
-        }
+        self.composition.part_label(slot.key(), slot.part)
     }
 
     /// [`PolicySet::plugins`], to call.
