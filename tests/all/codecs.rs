@@ -9,7 +9,8 @@ use crate::common::*;
 
 /// blake3 of every round's payload (concatenated) for buckets 0 and 1 of
 /// `sample_bucket(64, 48, step, 7)`, per codec with default parameters. A change here changes
-/// what a codec sends: bump the plugin's version and say so.
+/// what a codec sends: bump the plugin's version and say so (powersgd 2.0.0: its Q₀ is
+/// orthonormalised before use, as PyTorch's is, which changes the P it sends).
 const GOLDEN: [(&str, &str); 14] = [
     (
         "identity",
@@ -65,7 +66,7 @@ const GOLDEN: [(&str, &str); 14] = [
     ),
     (
         "powersgd",
-        "bfffe93f24f3d65963035d778490b56215ae6df6fd3018da7200729fe6573703",
+        "75828c1f136249fdeaff87f63d82b2717cf1863d71c074e30740f9146bf3285e",
     ),
 ];
 

@@ -55,6 +55,7 @@ pub fn bucket_meta(
         tensors,
         shared_seed: shared,
         rank_seed: mix(shared ^ mix(rank as u64 + 1)),
+        state: Vec::new(),
     }
 }
 
@@ -103,6 +104,7 @@ pub fn sample_bucket(rows: u32, cols: u32, step: u64, seed: u64) -> (Meta, Vec<f
         ],
         shared_seed: shared,
         rank_seed: mix(shared ^ 1),
+        state: Vec::new(),
     };
     (meta, data)
 }

@@ -610,7 +610,7 @@ impl<'w> Trainer<'w> {
     }
 
     /// The cross-rank check after the current step: the policies' outputs, the state of
-    /// stateful policies and the weights.
+    /// stateful policies and of a stateful codec, and the weights.
     fn consistency(&mut self, d: &Decision, scales: &[f64]) -> Result<()> {
         let step = self.clock.step();
         parallel::check_consistent(
@@ -626,6 +626,14 @@ impl<'w> Trainer<'w> {
             "policy state (snapshots of stateful plugins)",
             parallel::bytes_digest(states.iter().map(|(_, b)| b.as_slice())),
         )?;
+        if let Some(buckets) = self.gradients.codec_state() {
+            parallel::check_consistent(
+                self.world,
+                step,
+                "codec state (each bucket's, which a stateful codec carries between steps)",
+                parallel::bytes_digest(buckets.iter().map(Vec::as_slice)),
+            )?;
+        }
         parallel::check_consistent(
             self.world,
             step,

@@ -214,7 +214,9 @@ pub struct RunArgs {
     consistency_every: u64,
     /// With --codec: keep what the codec drops, per bucket and rank, and send it later; saved
     /// in checkpoints. `residual` (the flag alone; EF-SGD): p = g + e, e ← p − decode(own
-    /// payload). `momentum` (Deep Gradient Compression's momentum correction, with SGD): the
+    /// payload). `mean` (PyTorch powerSGD_hook's residual): e ← p − decode(Σ payloads)/k, the
+    /// rank's input minus the ranks' mean reconstruction. `momentum` (Deep Gradient
+    /// Compression's momentum correction, with SGD): the
     /// rank accumulates its velocity u ← m·u + g + λw into v ← v + u, the codec encodes v,
     /// v ← v − decode(own payload), u is zeroed where that payload is nonzero, and the
     /// optimizer applies the exchanged sum with no momentum or decay of its own.

@@ -1,4 +1,5 @@
-//! The codec interface of `lsgd:policy@0.2.0` as plain Rust, plus the reference codecs.
+//! The codec interface of `lsgd:policy` (0.2.0, and 0.4.0's codec state) as plain Rust, plus the
+//! reference codecs.
 //!
 //! As with `lsgd-policy`, one copy of every algorithm serves two places: compiled natively into
 //! `lsgd-host` (the native side of `bench codecs`, and `compare` baselines) and compiled to
@@ -100,6 +101,10 @@ pub struct Meta {
     pub shared_seed: u64,
     /// Different on every rank for this (run, step, bucket).
     pub rank_seed: u64,
+    /// The bucket's codec state before this step (contract 0.4), the same on every rank: what
+    /// [`Codec::next_state`] returned at the previous step; empty at the first step and for a
+    /// codec that is not [`Properties::stateful`].
+    pub state: Vec<u8>,
 }
 
 impl Meta {
@@ -113,6 +118,7 @@ impl Meta {
             tensors: vec![TensorSlice::whole(name, &[len], 0)],
             shared_seed: seed,
             rank_seed: seed ^ 0x9e37_79b9_7f4a_7c15,
+            state: Vec::new(),
         }
     }
 }
@@ -166,6 +172,9 @@ pub struct Properties {
     pub combine: Combine,
     /// Rounds per step, at least 1.
     pub rounds: u32,
+    /// Whether the codec carries state from step to step ([`Meta::state`],
+    /// [`Codec::next_state`]; contract 0.4).
+    pub stateful: bool,
 }
 
 impl Properties {
@@ -173,6 +182,7 @@ impl Properties {
     pub const GATHER: Properties = Properties {
         combine: Combine::Gather,
         rounds: 1,
+        stateful: false,
     };
 
     /// One round, payloads summed as `element` vectors.
@@ -180,12 +190,14 @@ impl Properties {
         Properties {
             combine: Combine::Sum(element),
             rounds: 1,
+            stateful: false,
         }
     }
 }
 
 /// A gradient-compression codec (WIT interface `codec`). Implementations hold only their
-/// configuration: every call is a pure function of it and the arguments.
+/// configuration: every call is a pure function of it and the arguments, the bucket's state
+/// ([`Meta::state`]) included.
 pub trait Codec: Policy {
     /// How payloads combine and how many rounds a step takes.
     fn properties(&self) -> Properties;
@@ -196,6 +208,14 @@ pub trait Codec: Policy {
 
     /// Decodes one payload per round into exactly `meta.len` floats.
     fn decode(&self, meta: &Meta, payloads: &[Vec<u8>]) -> Result<Vec<f32>, String>;
+
+    /// The bucket's state for the next step from this step's (`meta.state`) and what every
+    /// rank received (`agreed`: each round's combined payload, or every rank's payload of a
+    /// gathered codec); called only when [`Properties::stateful`]. The default keeps none.
+    fn next_state(&self, meta: &Meta, agreed: &[Vec<u8>]) -> Result<Vec<u8>, String> {
+        let _ = (meta, agreed);
+        Ok(Vec::new())
+    }
 }
 
 /// A configured codec behind a trait object, for hosts that pick one by name at run time.
@@ -208,6 +228,8 @@ pub trait DynCodec {
     fn encode(&self, meta: &Meta, data: &[f32], agreed: &[Vec<u8>]) -> Result<Vec<u8>, String>;
     /// [`Codec::decode`].
     fn decode(&self, meta: &Meta, payloads: &[Vec<u8>]) -> Result<Vec<f32>, String>;
+    /// [`Codec::next_state`].
+    fn next_state(&self, meta: &Meta, agreed: &[Vec<u8>]) -> Result<Vec<u8>, String>;
 }
 
 /// A [`Codec`] as a [`DynCodec`] (a wrapper, so the two traits' methods never clash on `C`).
@@ -225,6 +247,9 @@ impl<C: Codec> DynCodec for Dynamic<C> {
     }
     fn decode(&self, meta: &Meta, payloads: &[Vec<u8>]) -> Result<Vec<f32>, String> {
         self.0.decode(meta, payloads)
+    }
+    fn next_state(&self, meta: &Meta, agreed: &[Vec<u8>]) -> Result<Vec<u8>, String> {
+        self.0.next_state(meta, agreed)
     }
 }
 

@@ -5,12 +5,15 @@
 //! matrix M of rows = len / cols by cols = prod(shape[1..])), r < min(rows, cols) and
 //! r·(rows + cols) < rows·cols. For each such slice, in `meta.tensors` order:
 //!
-//! - round 0: Q₀ (cols × r) is drawn from `meta.shared_seed` (standard normals from a stream
-//!   seeded with `mix(shared_seed ^ slice index)`, so every rank draws the same Q₀), and the
-//!   payload carries P = M·Q₀ (rows × r);
+//! - round 0: Q (cols × r) is the previous step's agreed Q (the warm start of the paper and of
+//!   PyTorch's `powerSGD_hook`, carried in the bucket's state: contract 0.4) or, at the first
+//!   step and with `warm_start=false`, Q₀ drawn from `meta.shared_seed` (standard normals from
+//!   a stream seeded with `mix(shared_seed ^ slice index)`, so every rank draws the same Q₀).
+//!   Q is orthonormalised, as PyTorch does, and the payload carries P = M·Q (rows × r);
 //! - round 1: the host has summed every rank's P; P̂ = orthonormalise(ΣP) by modified
 //!   Gram–Schmidt, and the payload carries Q = Mᵀ·P̂ (cols × r);
-//! - decode([ΣP, last]) recomputes P̂ from ΣP and returns P̂·Qᵀ, Q read from `last`.
+//! - decode([ΣP, last]) recomputes P̂ from ΣP and returns P̂·Qᵀ, Q read from `last`;
+//! - next-state([ΣP, ΣQ]) keeps the Q part of ΣQ: the agreed Q, the next step's start.
 //!
 //! Every element outside a compressed slice (vectors, biases, matrices too small to gain) is
 //! sent as raw binary32 after the Q matrices in round 1's payload. Decode is linear in the
@@ -30,7 +33,7 @@ use core::ops::Range;
 
 use crate::rng::{Rng, mix};
 use crate::wire::check_len;
-use crate::wire::{expect_rounds, put_f32s};
+use crate::wire::{expect_rounds, f32s_from_le, put_f32s};
 use crate::{Codec, Combine, Element, Info, Meta, ParamSpec, Params, Policy, Properties};
 
 /// Largest accepted `rank`: far beyond any useful value, and keeps r·(rows + cols) in range.
@@ -45,28 +48,41 @@ const DEPENDENT: f64 = 1e-4;
 pub struct PowerSgd {
     /// The rank r of each approximation, ≥ 1.
     pub rank: u32,
+    /// Whether each step starts from the previous step's agreed Q (the bucket's state) rather
+    /// than a fresh random Q₀.
+    pub warm_start: bool,
 }
 
 impl Policy for PowerSgd {
     fn info() -> Info {
-        Info::new(
+        // 2.0.0: warm start (contract 0.4), and Q₀ orthonormalised as PyTorch does.
+        let info = Info::new(
             "powersgd",
-            "PowerSGD: rank-r approximation of each matrix by one power iteration, two all-reduced rounds (P = M Q, then Q = M^T P-hat)",
-            vec![ParamSpec::integer(
-                "rank",
-                2,
-                "rank r of each matrix's approximation (>= 1)",
-            )],
-        )
+            "PowerSGD: rank-r approximation of each matrix by one power iteration per step, started from the previous step's agreed Q (warm start), two all-reduced rounds (P = M Q, then Q = M^T P-hat)",
+            vec![
+                ParamSpec::integer("rank", 2, "rank r of each matrix's approximation (>= 1)"),
+                ParamSpec::boolean(
+                    "warm_start",
+                    true,
+                    "start each step's power iteration from the previous step's agreed Q (false: a fresh random Q every step)",
+                ),
+            ],
+        );
+        Info {
+            version: "2.0.0".into(),
+            ..info
+        }
     }
 
     fn configure(p: &Params) -> Result<Self, String> {
         let v = p.integer("rank")?;
-        if (1..=MAX_RANK).contains(&v) {
-            Ok(PowerSgd { rank: v as u32 })
-        } else {
-            Err(format!("rank must be in [1, {MAX_RANK}], got {v}"))
+        if !(1..=MAX_RANK).contains(&v) {
+            return Err(format!("rank must be in [1, {MAX_RANK}], got {v}"));
         }
+        Ok(PowerSgd {
+            rank: v as u32,
+            warm_start: p.boolean("warm_start")?,
+        })
     }
 }
 
@@ -75,6 +91,7 @@ impl Codec for PowerSgd {
         Properties {
             combine: Combine::Sum(Element::F32),
             rounds: 2,
+            stateful: self.warm_start,
         }
     }
 
@@ -93,8 +110,14 @@ impl Codec for PowerSgd {
         match meta.round {
             0 => {
                 let mut out = Vec::with_capacity(4 * plan.p_len);
+                let warm = self.warm_start && !meta.state.is_empty();
+                let mut kept = match warm {
+                    true => plan.read_q(&meta.state)?,
+                    false => Vec::new(),
+                }
+                .into_iter();
                 for m in &plan.mats {
-                    let q = initial_q(meta.shared_seed, m, r);
+                    let q = start_q(kept.next(), meta.shared_seed, m, r);
                     let mut p = vec![0f32; m.rows * r];
                     for (pc, qc) in p.chunks_exact_mut(m.rows).zip(q.chunks_exact(m.cols)) {
                         for (pi, row) in pc.iter_mut().zip(data[m.at..m.end()].chunks_exact(m.cols))
@@ -128,6 +151,30 @@ impl Codec for PowerSgd {
         }
     }
 
+    fn next_state(&self, meta: &Meta, agreed: &[Vec<u8>]) -> Result<Vec<u8>, String> {
+        if !self.warm_start {
+            return Ok(Vec::new());
+        }
+        if agreed.len() != 2 {
+            return Err(format!(
+                "next-state needs 2 agreed payloads (one per round), got {}",
+                agreed.len()
+            ));
+        }
+        let plan = Plan::new(meta, self.rank as usize)?;
+        let last = &agreed[1];
+        if last.len() != 4 * (plan.q_len + plan.raw_len) {
+            return Err(format!(
+                "malformed payload: the last round has {} bytes, expected {} ({} Q floats + {} raw floats)",
+                last.len(),
+                4 * (plan.q_len + plan.raw_len),
+                plan.q_len,
+                plan.raw_len
+            ));
+        }
+        Ok(last[..4 * plan.q_len].to_vec())
+    }
+
     fn decode(&self, meta: &Meta, payloads: &[Vec<u8>]) -> Result<Vec<f32>, String> {
         expect_rounds(payloads, 2)?;
         let plan = Plan::new(meta, self.rank as usize)?;
@@ -143,10 +190,7 @@ impl Codec for PowerSgd {
                 plan.raw_len
             ));
         }
-        let floats: Vec<f32> = last
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let floats = f32s_from_le(last);
         let (mut qs, mut raw) = floats.split_at(plan.q_len);
         let mut out = vec![0f32; meta.len as usize];
         for (m, p) in plan.mats.iter().zip(&ps) {
@@ -254,29 +298,60 @@ impl Plan {
         })
     }
 
+    /// The Q matrices of a state (each step's agreed Q, back to back), one per compressed
+    /// slice.
+    fn read_q(&self, state: &[u8]) -> Result<Vec<Vec<f32>>, String> {
+        self.split(state, |m| m.cols).map_err(|got| {
+            format!(
+                "the state (the previous step's Q) has {got} bytes, expected {} ({} Q floats): was it written for another bucket layout or rank?",
+                4 * self.q_len,
+                self.q_len
+            )
+        })
+    }
+
     /// The P matrices of a (summed) round-0 payload, one per compressed slice.
     fn read_p(&self, payload: &[u8]) -> Result<Vec<Vec<f32>>, String> {
-        if payload.len() != 4 * self.p_len {
-            return Err(format!(
-                "malformed payload: round 0 has {} bytes, expected {} ({} P floats)",
-                payload.len(),
+        self.split(payload, |m| m.rows).map_err(|got| {
+            format!(
+                "malformed payload: round 0 has {got} bytes, expected {} ({} P floats)",
                 4 * self.p_len,
                 self.p_len
-            ));
+            )
+        })
+    }
+
+    /// `bytes` cut into one r-column matrix per compressed slice, each column `side(slice)`
+    /// floats long; the length of `bytes` as the error when it does not hold exactly those.
+    fn split(&self, bytes: &[u8], side: impl Fn(&Mat) -> usize) -> Result<Vec<Vec<f32>>, usize> {
+        let want: usize = self.mats.iter().map(|m| 4 * side(m) * self.r).sum();
+        if bytes.len() != want {
+            return Err(bytes.len());
         }
-        let mut rest = payload;
+        let mut rest = bytes;
         Ok(self
             .mats
             .iter()
             .map(|m| {
-                let (p, tail) = rest.split_at(4 * m.rows * self.r);
+                let (x, tail) = rest.split_at(4 * side(m) * self.r);
                 rest = tail;
-                p.chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect()
+                f32s_from_le(x)
             })
             .collect())
     }
+}
+
+/// The orthonormal Q that round 0 multiplies a slice by: the kept one (warm start), or Q₀ at
+/// the first step, without warm start, and when the kept Q has lost a column (a gradient that
+/// was zero in some direction), from which power iteration could never recover it.
+fn start_q(kept: Option<Vec<f32>>, shared_seed: u64, m: &Mat, r: usize) -> Vec<f32> {
+    if let Some(q) = kept {
+        let q = orthonormalise(&q, m.cols, r);
+        if q.chunks_exact(m.cols).all(|c| c.iter().any(|&x| x != 0.0)) {
+            return q;
+        }
+    }
+    orthonormalise(&initial_q(shared_seed, m, r), m.cols, r)
 }
 
 /// Q₀ of one slice, column by column: r columns of `cols` standard normals, equal on every
@@ -429,6 +504,13 @@ mod tests {
         PowerSgd::configure(&Params::resolve(&PowerSgd::info().params, given)?)
     }
 
+    fn cold(rank: i64) -> PowerSgd {
+        PowerSgd {
+            warm_start: false,
+            ..codec(rank).unwrap()
+        }
+    }
+
     /// A bucket of the given tensors, back to back.
     fn bucket(shapes: &[(&str, &[u32])]) -> Meta {
         let mut at = 0;
@@ -474,16 +556,14 @@ mod tests {
         (d / n).sqrt()
     }
 
-    fn f32s(b: &[u8]) -> Vec<f32> {
-        b.chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect()
-    }
-
     fn add(a: &[u8], b: &[u8]) -> Vec<u8> {
         assert_eq!(a.len(), b.len(), "summable payloads have equal lengths");
         let mut out = Vec::new();
-        let s: Vec<f32> = f32s(a).iter().zip(f32s(b)).map(|(x, y)| x + y).collect();
+        let s: Vec<f32> = f32s_from_le(a)
+            .iter()
+            .zip(f32s_from_le(b))
+            .map(|(x, y)| x + y)
+            .collect();
         put_f32s(&mut out, &s);
         out
     }
@@ -586,7 +666,7 @@ mod tests {
 
         // Expected: raw parts summed; each matrix P̂·P̂ᵀ·(A + B) with P̂ from the summed P.
         let sum: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
-        let p = f32s(&p_sum);
+        let p = f32s_from_le(&p_sum);
         let mut p_at = 0;
         for (t, (rows, cols)) in [(1usize, (24usize, 18usize)), (3, (16, 20))] {
             let r = 3;
@@ -738,5 +818,140 @@ mod tests {
             );
         }
         assert_eq!(c.properties().rounds, 2);
+    }
+
+    /// `steps` single-rank steps of `c` on the same matrix `m`, the state carried from each
+    /// step to the next; the relative error of each step's reconstruction.
+    fn steps(c: PowerSgd, meta: &Meta, m: &[f32], steps: u64) -> Vec<f64> {
+        let mut meta = meta.clone();
+        let mut errors = Vec::new();
+        for step in 0..steps {
+            meta.step = step;
+            meta.shared_seed = 1000 + step;
+            let (payloads, out) = round_trip(dynamic(c).as_ref(), &meta, m).unwrap();
+            errors.push(rel_err(&out, m));
+            let mut last = meta.clone();
+            last.round = 1;
+            meta.state = c.next_state(&last, &payloads).unwrap();
+        }
+        errors
+    }
+
+    #[test]
+    fn warm_start_iterates_towards_the_best_rank_r_approximation() {
+        // On a fixed matrix, steps with warm start are subspace iteration: the error falls to
+        // that of the best rank-1 approximation and stays; every cold step is one power
+        // iteration from a random start, which stays worse.
+        let (rows, cols) = (48, 40);
+        let sigma: Vec<f32> = (0..10).map(|k| 0.5f32.powi(k)).collect();
+        let m = low_rank(rows, cols, &sigma, 3);
+        let meta = bucket(&[("w", &[rows as u32, cols as u32])]);
+        let warm = steps(codec(1).unwrap(), &meta, &m, 12);
+        let cold = steps(cold(1), &meta, &m, 12);
+        assert!(warm.windows(2).all(|w| w[1] <= w[0] + 1e-6), "{warm:?}");
+        assert!((warm[11] - warm[10]).abs() < 1e-5, "converged: {warm:?}");
+        assert!(
+            cold.iter().all(|&e| e > warm[11] * 1.01),
+            "cold: {cold:?}, warm: {warm:?}"
+        );
+    }
+
+    #[test]
+    fn the_state_is_the_agreed_q_and_only_a_warm_start_keeps_one() {
+        let meta = bucket(&[("b", &[3]), ("w", &[12, 10]), ("v", &[8, 6])]);
+        let data: Vec<f32> = (0..meta.len).map(|i| (i as f32 * 0.37).cos()).collect();
+        let c = codec(2).unwrap();
+        assert!(c.properties().stateful && !cold(2).properties().stateful);
+        let (payloads, _) = round_trip(dynamic(c).as_ref(), &meta, &data).unwrap();
+        let last = Meta {
+            round: 1,
+            ..meta.clone()
+        };
+        let state = c.next_state(&last, &payloads).unwrap();
+        assert_eq!(state.len(), 4 * (10 + 6) * 2, "the Q of both matrices");
+        assert_eq!(&state[..], &payloads[1][..state.len()]);
+        assert_eq!(
+            cold(2).next_state(&last, &payloads).unwrap(),
+            Vec::<u8>::new()
+        );
+        // The next step multiplies by the kept Q (orthonormalised), whatever the seed says.
+        let next = Meta {
+            state: state.clone(),
+            shared_seed: 77,
+            ..meta.clone()
+        };
+        let p = c.encode(&next, &data, &[]).unwrap();
+        assert_eq!(
+            p,
+            c.encode(
+                &Meta {
+                    shared_seed: 78,
+                    ..next.clone()
+                },
+                &data,
+                &[]
+            )
+            .unwrap()
+        );
+        assert_ne!(
+            p,
+            c.encode(
+                &Meta {
+                    state: Vec::new(),
+                    ..next.clone()
+                },
+                &data,
+                &[]
+            )
+            .unwrap()
+        );
+        // Without warm start the state is ignored.
+        assert_eq!(
+            cold(2).encode(&next, &data, &[]).unwrap(),
+            cold(2)
+                .encode(
+                    &Meta {
+                        state: Vec::new(),
+                        ..next.clone()
+                    },
+                    &data,
+                    &[]
+                )
+                .unwrap()
+        );
+        let e = c
+            .encode(
+                &Meta {
+                    state: state[4..].to_vec(),
+                    ..next
+                },
+                &data,
+                &[],
+            )
+            .unwrap_err();
+        assert!(
+            e.starts_with("the state (the previous step's Q) has 124 bytes, expected 128"),
+            "{e}"
+        );
+        assert!(
+            c.next_state(&last, &payloads[..1])
+                .unwrap_err()
+                .contains("2 agreed")
+        );
+    }
+
+    #[test]
+    fn a_kept_q_that_lost_a_column_starts_again_from_q0() {
+        let meta = bucket(&[("w", &[12, 10])]);
+        let data: Vec<f32> = (0..120).map(|i| (i as f32 * 0.11).sin()).collect();
+        let c = codec(2).unwrap();
+        let mut zero_column = Vec::new();
+        put_f32s(&mut zero_column, &[[0.5f32; 10], [0.0; 10]].concat());
+        let fresh = c.encode(&meta, &data, &[]).unwrap();
+        let kept = Meta {
+            state: zero_column,
+            ..meta.clone()
+        };
+        assert_eq!(c.encode(&kept, &data, &[]).unwrap(), fresh);
     }
 }

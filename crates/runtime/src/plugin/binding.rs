@@ -143,9 +143,31 @@ macro_rules! version_bindings {
 }
 
 /// `properties`, `encode` and `decode` on a version's `Bound`, through its generated `codec`
-/// module, and the conversion of `lsgd_codec::Meta` to its `bucket-meta`.
+/// module, and the conversion of `lsgd_codec::Meta` to its `bucket-meta`; with `state` (0.4
+/// and later) also the codec state: `bucket-meta.state`, `codec-properties.stateful` and
+/// `next-state`.
 macro_rules! codec_calls {
     () => {
+        codec_calls!(@calls m p, [], [false]);
+    };
+    (state) => {
+        codec_calls!(@calls m p, [state: m.state.clone(),], [p.stateful]);
+
+        impl Bound {
+            /// Calls `next-state`; the inner error is the codec's own message.
+            pub fn next_state(
+                &self,
+                store: impl AsContextMut<Data = Sandbox>,
+                meta: &lsgd_codec::Meta,
+                agreed: &[Vec<u8>],
+            ) -> Result<std::result::Result<Vec<u8>, String>> {
+                self.codec()?
+                    .call_next_state(store, &bucket_meta(meta), agreed)
+            }
+        }
+    };
+    // `$m` and `$p` name the meta and the properties in the tokens the arms above pass in.
+    (@calls $m:ident $p:ident, [$($meta_state:tt)*], [$($stateful:tt)*]) => {
         impl Bound {
             /// The codec's functions, or an error for other kinds.
             fn codec(&self) -> Result<&codec::Guest> {
@@ -162,18 +184,19 @@ macro_rules! codec_calls {
                 store: impl AsContextMut<Data = Sandbox>,
             ) -> Result<lsgd_codec::Properties> {
                 use lsgd_codec::{Combine, Element};
-                let p = self.codec()?.call_properties(store)?;
+                let $p = self.codec()?.call_properties(store)?;
                 let element = |e: codec::Element| match e {
                     codec::Element::F32 => Element::F32,
                     codec::Element::F16 => Element::F16,
                     codec::Element::Bf16 => Element::Bf16,
                 };
                 Ok(lsgd_codec::Properties {
-                    combine: match p.combine {
+                    combine: match $p.combine {
                         codec::Combine::Gather => Combine::Gather,
                         codec::Combine::Sum(e) => Combine::Sum(element(e)),
                     },
-                    rounds: p.rounds,
+                    rounds: $p.rounds,
+                    stateful: $($stateful)*,
                 })
             }
 
@@ -201,13 +224,13 @@ macro_rules! codec_calls {
             }
         }
 
-        fn bucket_meta(m: &lsgd_codec::Meta) -> codec::BucketMeta {
+        fn bucket_meta($m: &lsgd_codec::Meta) -> codec::BucketMeta {
             codec::BucketMeta {
-                bucket: m.bucket,
-                step: m.step,
-                round: m.round,
-                len: m.len,
-                tensors: m
+                bucket: $m.bucket,
+                step: $m.step,
+                round: $m.round,
+                len: $m.len,
+                tensors: $m
                     .tensors
                     .iter()
                     .map(|t| codec::TensorSlice {
@@ -218,8 +241,9 @@ macro_rules! codec_calls {
                         len: t.len,
                     })
                     .collect(),
-                shared_seed: m.shared_seed,
-                rank_seed: m.rank_seed,
+                shared_seed: $m.shared_seed,
+                rank_seed: $m.rank_seed,
+                $($meta_state)*
             }
         }
     };
@@ -413,6 +437,19 @@ impl Bound {
         payloads: &[Vec<u8>],
     ) -> Result<std::result::Result<Vec<f32>, String>> {
         codec_versions!(self, b => b.decode(store, meta, payloads))
+    }
+
+    /// Calls a codec's `next-state` (0.4 and later; older codecs are never stateful).
+    pub fn next_state(
+        &self,
+        store: impl AsContextMut<Data = Sandbox>,
+        meta: &Meta,
+        agreed: &[Vec<u8>],
+    ) -> Result<std::result::Result<Vec<u8>, String>> {
+        match self {
+            Bound::V0_4(b) => b.next_state(store, meta, agreed),
+            _ => wasmtime::bail!("contracts before 0.4 have no codec state"),
+        }
     }
 
     /// Calls a layer-rate plugin's `multipliers`.

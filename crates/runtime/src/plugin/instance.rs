@@ -404,7 +404,7 @@ impl Plugin {
         data: &[f32],
         agreed: &[Vec<u8>],
     ) -> Result<Vec<u8>, PluginError> {
-        let floats = data.len() as u64 + payload_floats(agreed);
+        let floats = data.len() as u64 + payload_floats(agreed) + meta.state.len() as u64 / 4;
         let out = self
             .invoke(
                 "encode",
@@ -437,7 +437,7 @@ impl Plugin {
     /// Calls a codec's `decode`; its own error becomes [`Fault::Refused`], and a result other
     /// than the contract's `meta.len` floats [`Fault::BadOutput`].
     pub fn decode(&mut self, meta: &Meta, payloads: &[Vec<u8>]) -> Result<Vec<f32>, PluginError> {
-        let floats = u64::from(meta.len) + payload_floats(payloads);
+        let floats = u64::from(meta.len) + payload_floats(payloads) + meta.state.len() as u64 / 4;
         // The lifted list can be no larger than the instance's capped memory, so a huge one
         // costs the host at most --plugin-memory-mb before it is refused here.
         let out = self
@@ -460,6 +460,36 @@ impl Plugin {
         );
         Err(
             PluginError::new(self.label.clone(), "decode", Fault::BadOutput(msg))
+                .at_step(meta.step),
+        )
+    }
+
+    /// Calls a stateful codec's `next-state`; its own error becomes [`Fault::Refused`], and a
+    /// state over the bound on payloads [`Fault::BadOutput`] (the host keeps and checkpoints it).
+    pub fn next_state(&mut self, meta: &Meta, agreed: &[Vec<u8>]) -> Result<Vec<u8>, PluginError> {
+        let floats = payload_floats(agreed) + meta.state.len() as u64 / 4;
+        let out = self
+            .invoke(
+                "next-state",
+                Some(meta.step),
+                Budget::Codec(floats),
+                |b, store| b.next_state(store, meta, agreed),
+            )?
+            .map_err(|m| self.refused("next-state", meta.step, m))?;
+        let bound = (u64::from(meta.len) * 4)
+            .saturating_mul(PAYLOAD_FACTOR)
+            .saturating_add(PAYLOAD_SLACK);
+        if out.len() as u64 <= bound {
+            return Ok(out);
+        }
+        let msg = format!(
+            "a state of {} bytes for bucket {} of {} floats: over the bound of {bound} bytes",
+            out.len(),
+            meta.bucket,
+            meta.len
+        );
+        Err(
+            PluginError::new(self.label.clone(), "next-state", Fault::BadOutput(msg))
                 .at_step(meta.step),
         )
     }

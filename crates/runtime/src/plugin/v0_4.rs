@@ -1,5 +1,6 @@
 //! Host bindings for `lsgd:policy@0.4.x` (`wit/v0.4.0/`): 0.3's interfaces unchanged but for
-//! the schedule's second function, `momentum`. Its `types` interface is the one
+//! the schedule's second function, `momentum`, and the codec's state (`bucket-meta.state`,
+//! `codec-properties.stateful`, `next-state`). Its `types` interface is the one
 //! [`super::types`] generates; the shared parts come from the macros of [`super::binding`].
 
 use lsgd_policy::{Info, Role, State, TensorNorms, Value};
@@ -33,7 +34,7 @@ version_bindings! {
     ],
     state: state,
 }
-codec_calls!();
+codec_calls!(state);
 layer_rate_calls!();
 
 impl Bound {

@@ -10,9 +10,11 @@
 //!   decoded floats in rank order (so every rank adds the same numbers in the same order).
 //!
 //! Error feedback is GRACE's residual memory: p = g + e; c = C(p); e ← p − D(c), where D(c) is
-//! the decode of this rank's own payload; or DGC's momentum correction, which accumulates the
-//! velocity instead of the gradient and zeroes it where the payload sent ([`Memory`]). Its
-//! state is per bucket and per rank, and goes into every checkpoint.
+//! the decode of this rank's own payload (or, in `mean` mode, PyTorch's e ← p − D(Σ)/k); or
+//! DGC's momentum correction, which accumulates the velocity instead of the gradient and zeroes
+//! it where the payload sent ([`Memory`]). Its state is per bucket and per rank, and goes into
+//! every checkpoint. A stateful codec's own state (contract 0.4) is per bucket and the same on
+//! every rank ([`Carried`]); `next-state` is called after each bucket's decode.
 //!
 //! Before each collective the ranks agree on every payload's length (and on any fault), so a
 //! codec that misbehaves on one rank stops all ranks with an error instead of a hang.
@@ -26,6 +28,7 @@ use tch::{Kind, Tensor};
 
 use super::Exchanged;
 use super::buckets::Bucket;
+use super::carry::Carried;
 use super::feedback::{ErrorFeedback, Memory};
 use crate::{Error, Result};
 
@@ -46,14 +49,23 @@ pub struct Compressor {
     /// the last exchange, which [`Compressor::rollback`] puts back when the step that
     /// exchanged stops before its update.
     memory: Option<Memory>,
+    /// `--error-feedback`: which reconstruction the residual is taken against.
+    error_feedback: ErrorFeedback,
+    /// A stateful codec's per-bucket state (`None` for a codec that keeps none).
+    carried: Option<Carried>,
     seed: u64,
     label: String,
 }
 
 /// How one bucket's exchange ended on this rank.
 enum Outcome {
-    /// The sum over ranks, and this rank's own reconstruction (empty without error feedback).
-    Done { sum: Vec<f32>, own: Vec<f32> },
+    /// The sum over ranks, this rank's own reconstruction (empty without error feedback) and,
+    /// for a stateful codec, the bucket's state for the next step.
+    Done {
+        sum: Vec<f32>,
+        own: Vec<f32>,
+        next: Option<Vec<u8>>,
+    },
     /// A decode failed here, after the bucket's collectives: carry on to the next agreement.
     Skipped,
 }
@@ -98,6 +110,8 @@ impl Compressor {
         Ok(Compressor {
             properties,
             memory: Memory::new(error_feedback, momentum, &lens),
+            error_feedback,
+            carried: properties.stateful.then(|| Carried::new(buckets.len())),
             seed,
             label,
         })
@@ -108,17 +122,26 @@ impl Compressor {
         self.properties
     }
 
+    /// A stateful codec's per-bucket state, as it stands between steps.
+    pub fn carried(&self) -> Option<&Carried> {
+        self.carried.as_ref()
+    }
+
     /// The bucket's metadata at `step`: seeds differ per run, step and bucket, and the rank
-    /// seed also per rank.
+    /// seed also per rank; a stateful codec's state for the bucket.
     fn meta(&self, bucket: &Bucket, b: usize, step: u64, rank: usize) -> Meta {
-        bucket_meta(
+        let mut meta = bucket_meta(
             self.seed,
             step,
             b as u32,
             rank,
             bucket.len as u32,
             bucket.slices.clone(),
-        )
+        );
+        if let Some(c) = &self.carried {
+            meta.state = c.get(b).to_vec();
+        }
+        meta
     }
 
     /// Replaces the gradients of `weights` by the sum over ranks of what the codec makes of
@@ -137,16 +160,18 @@ impl Compressor {
         let mut link = Link { world, algo, codec };
         let mut tally = Tally::default();
         let mut staged = Vec::with_capacity(buckets.len());
+        let mut next_states = Vec::with_capacity(buckets.len());
         for (b, bucket) in buckets.iter().enumerate() {
             let mut data = bucket.gather(weights)?;
             let velocity = self.memory.as_ref().map(|m| m.compensate(b, &mut data));
             tally.out.floats += data.len() as u64;
             let meta = self.meta(bucket, b, step, link.world.rank());
             match self.bucket(&mut link, meta, &data, &mut tally)? {
-                Outcome::Done { sum, own } => {
+                Outcome::Done { sum, own, next } => {
                     if let (Some(m), Some(u)) = (&self.memory, velocity) {
                         staged.push(m.settle(&data, &own, u));
                     }
+                    next_states.extend(next);
                     bucket.scatter(weights, &sum);
                 }
                 // The next agreement (a later bucket's, or the final one) tells the others.
@@ -169,13 +194,20 @@ impl Compressor {
         if let Some(m) = &mut self.memory {
             m.commit(staged);
         }
+        if let Some(c) = &mut self.carried {
+            c.commit(next_states);
+        }
         Ok(out)
     }
 
-    /// Puts back the error-feedback state from before the last exchange (once).
+    /// Puts back the error-feedback state and the codec's own state from before the last
+    /// exchange (once).
     pub fn rollback(&mut self) {
         if let Some(m) = &mut self.memory {
             m.rollback();
+        }
+        if let Some(c) = &mut self.carried {
+            c.rollback();
         }
     }
 
@@ -193,13 +225,25 @@ impl Compressor {
             meta.round = round;
             self.round(link, &meta, data, &mut moved, tally)?;
         }
-        match self.decode(link.codec, &meta, moved, link.world.rank()) {
-            Ok((sum, own)) => Ok(Outcome::Done { sum, own }),
-            Err(e) => {
-                tally.failed = Some(e);
-                Ok(Outcome::Skipped)
-            }
-        }
+        // What every rank received, for a stateful codec's `next-state`.
+        let received = match (self.carried.is_some(), self.properties.combine) {
+            (false, _) => None,
+            (true, Combine::Sum(_)) => Some(moved.agreed.clone()),
+            (true, Combine::Gather) => Some(moved.gathered.clone()),
+        };
+        let ranks = link.world.size();
+        let done = self
+            .decode(link.codec, &meta, moved, link.world.rank(), ranks)
+            .and_then(|(sum, own)| {
+                let next = received
+                    .map(|agreed| link.codec.next_state(&meta, &agreed))
+                    .transpose()?;
+                Ok(Outcome::Done { sum, own, next })
+            });
+        Ok(done.unwrap_or_else(|e| {
+            tally.failed = Some(e);
+            Outcome::Skipped
+        }))
     }
 
     /// One round of one bucket: encode (unless this rank already failed), agree on the
@@ -262,8 +306,28 @@ impl Compressor {
     }
 
     /// Decodes what the rounds moved into the sum over ranks and (with error feedback, or for
-    /// a gathered codec) this rank's own reconstruction.
+    /// a gathered codec) this rank's own reconstruction: the decode of its own payload, or in
+    /// `mean` mode the sum divided by the `ranks`.
     fn decode(
+        &self,
+        codec: &mut Plugin,
+        meta: &Meta,
+        moved: Moved,
+        rank: usize,
+        ranks: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>), PluginError> {
+        let (sum, own) = self.sum_and_own(codec, meta, moved, rank)?;
+        if self.error_feedback == ErrorFeedback::Mean {
+            let k = ranks as f32;
+            let mean = sum.iter().map(|x| x / k).collect();
+            return Ok((sum, mean));
+        }
+        Ok((sum, own))
+    }
+
+    /// The sum over ranks and the decode of this rank's own payload (empty unless error
+    /// feedback other than `mean` needs it or the codec is gathered, which decodes it anyway).
+    fn sum_and_own(
         &self,
         codec: &mut Plugin,
         meta: &Meta,
@@ -278,7 +342,7 @@ impl Compressor {
         match self.properties.combine {
             Combine::Sum(_) => {
                 let sum = codec.decode(meta, &agreed)?;
-                let own = if self.memory.is_some() {
+                let own = if self.memory.is_some() && self.error_feedback != ErrorFeedback::Mean {
                     agreed.pop();
                     agreed.push(own_last);
                     codec.decode(meta, &agreed)?
@@ -305,13 +369,17 @@ impl Compressor {
     }
 
     /// Every rank's error-feedback state (residuals, and velocities with `--error-feedback
-    /// momentum`) as named tensors for the checkpoint (a collective: every rank calls it,
-    /// rank 0 writes them); empty without error feedback.
+    /// momentum`) and a stateful codec's state as named tensors for the checkpoint (a
+    /// collective: every rank calls it, rank 0 writes them).
     pub fn checkpoint_tensors(&self, world: &World) -> Result<Vec<(String, Tensor)>> {
+        let mut out = self
+            .carried
+            .as_ref()
+            .map(Carried::tensors)
+            .unwrap_or_default();
         let Some(m) = &self.memory else {
-            return Ok(Vec::new());
+            return Ok(out);
         };
-        let mut out = Vec::new();
         for (prefix, state) in [
             (RESIDUAL_PREFIX, m.residuals()),
             (VELOCITY_PREFIX, m.velocities()),
@@ -336,12 +404,16 @@ impl Compressor {
     /// r + 2·size …, and a rank the checkpoint did not have starts from zero. Residuals and
     /// velocities enter the update only through their sum over the ranks, so that sum (what is
     /// still owed to the model) survives a resume on fewer or more ranks, as after a lost rank.
+    /// A stateful codec's state is the same on every rank, so every rank takes it as saved.
     pub fn restore(
         &mut self,
         tensors: &[(String, Tensor)],
         rank: usize,
         size: usize,
     ) -> Result<()> {
+        if let Some(c) = &mut self.carried {
+            c.restore(tensors)?;
+        }
         let Some(m) = &mut self.memory else {
             return Ok(());
         };

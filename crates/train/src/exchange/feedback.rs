@@ -4,6 +4,10 @@
 //! - **`residual`** (GRACE's residual, EF-SGD): p = g + e; the codec encodes p;
 //!   e ← p − D(own), where D(own) is the decode of this rank's own payload. The optimizer's
 //!   momentum and weight decay then act on the exchanged sum as on a plain gradient.
+//! - **`mean`** (PyTorch `powerSGD_hook`'s residual): p = g + e; e ← p − D(Σ)/k, the rank's
+//!   input minus the step's reconstruction averaged over the k ranks. The residuals of all
+//!   ranks add up to the same total as in `residual` mode (Σp − D(Σ) for a codec whose decode
+//!   is linear); only their split between the ranks differs.
 //! - **`momentum`** (Deep Gradient Compression's *momentum correction* and *momentum factor
 //!   masking*, Lin et al. 2018): the rank accumulates its velocity, not its gradient.
 //!   u ← m·u + g; v ← v + u; the codec encodes v; v ← v − D(own); u_i ← 0 wherever D(own)_i
@@ -34,6 +38,8 @@ pub enum ErrorFeedback {
     Off,
     /// GRACE's residual: p = g + e; e ← p − decode(own payload) (the flag alone).
     Residual,
+    /// PyTorch powerSGD_hook's residual: p = g + e; e ← p − decode(sum of payloads) / ranks.
+    Mean,
     /// DGC's momentum correction and masking: the velocity u ← m·u + g is accumulated,
     /// v ← v + u is encoded, v ← v − decode(own), and u is zeroed where the payload sent.
     Momentum,
@@ -50,6 +56,7 @@ impl ErrorFeedback {
         match self {
             ErrorFeedback::Off => "",
             ErrorFeedback::Residual => ", error feedback",
+            ErrorFeedback::Mean => ", error feedback (residual against the ranks' mean)",
             ErrorFeedback::Momentum => ", error feedback with momentum correction (DGC)",
         }
     }
@@ -64,6 +71,7 @@ impl<'de> Deserialize<'de> for ErrorFeedback {
         enum Named {
             Off,
             Residual,
+            Mean,
             Momentum,
         }
         #[derive(Deserialize)]
@@ -75,6 +83,7 @@ impl<'de> Deserialize<'de> for ErrorFeedback {
         Ok(match Saved::deserialize(d)? {
             Saved::Flag(false) | Saved::Mode(Named::Off) => ErrorFeedback::Off,
             Saved::Flag(true) | Saved::Mode(Named::Residual) => ErrorFeedback::Residual,
+            Saved::Mode(Named::Mean) => ErrorFeedback::Mean,
             Saved::Mode(Named::Momentum) => ErrorFeedback::Momentum,
         })
     }
@@ -113,7 +122,7 @@ impl Memory {
         let zeros = || lens.iter().map(|&n| vec![0.0f32; n]).collect::<Vec<_>>();
         let momentum = match mode {
             ErrorFeedback::Off => return None,
-            ErrorFeedback::Residual => None,
+            ErrorFeedback::Residual | ErrorFeedback::Mean => None,
             ErrorFeedback::Momentum => Some(momentum as f32),
         };
         let now = State {
@@ -292,6 +301,7 @@ mod tests {
         assert_eq!(read("true"), ErrorFeedback::Residual);
         assert_eq!(read("\"momentum\""), ErrorFeedback::Momentum);
         assert_eq!(read("\"residual\""), ErrorFeedback::Residual);
+        assert_eq!(read("\"mean\""), ErrorFeedback::Mean);
         assert!(serde_json::from_str::<ErrorFeedback>("\"dgc\"").is_err());
         assert_eq!(
             serde_json::to_string(&ErrorFeedback::Momentum).unwrap(),

@@ -11,6 +11,7 @@
 //! ([`feedback`]) replaces the optimizer's momentum.
 
 pub mod buckets;
+pub mod carry;
 pub mod codec;
 pub mod feedback;
 
@@ -232,13 +233,20 @@ impl GradientExchange {
         }
     }
 
-    /// Every rank's codec state (error-feedback residuals) as named tensors for a checkpoint;
-    /// a collective that every rank calls.
+    /// Every rank's codec state (error-feedback residuals, a stateful codec's state) as named
+    /// tensors for a checkpoint; a collective that every rank calls.
     pub fn checkpoint_tensors(&self, world: &World) -> Result<Vec<(String, Tensor)>> {
         match &self.compressor {
             Some(c) => c.checkpoint_tensors(world),
             None => Ok(Vec::new()),
         }
+    }
+
+    /// A stateful codec's per-bucket state (the same on every rank), for the consistency
+    /// check; `None` without one.
+    pub fn codec_state(&self) -> Option<&[Vec<u8>]> {
+        let carried = self.compressor.as_ref()?.carried()?;
+        Some(carried.buckets())
     }
 
     /// Undoes the last exchange's update of the codec state, for a step that stops after its

@@ -20,6 +20,7 @@ use tch::nn::VarStore;
 use super::identity::{identity, in_slot, plugin_changes, same_plugin};
 use super::{MODEL, Trainer};
 use crate::checkpoint::{self, Meta};
+use crate::exchange::carry::STATE_PREFIX;
 use crate::exchange::codec::RESIDUAL_PREFIX;
 use crate::metrics::{self, PolicyChangeRecord};
 use crate::{Error, Result};
@@ -70,8 +71,11 @@ impl Trainer<'_> {
                 .map_err(cannot)?;
         } else if let Some(c) = &mut change {
             // Residuals are what the old codec's payloads still owe; another codec (or none)
-            // would pay them back in its own terms, or not at all.
-            c.codec_state_dropped = tensors.iter().any(|(n, _)| n.starts_with(RESIDUAL_PREFIX));
+            // would pay them back in its own terms, or not at all. A codec's own state is in
+            // its own terms too.
+            c.codec_state_dropped = tensors
+                .iter()
+                .any(|(n, _)| n.starts_with(RESIDUAL_PREFIX) || n.starts_with(STATE_PREFIX));
         }
         self.clock = Clock::resume(
             *self.clock.shape(),

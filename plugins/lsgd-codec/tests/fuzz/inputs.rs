@@ -10,7 +10,8 @@ use proptest::sample::Index;
 
 /// Bucket layouts: one flat tensor, none, a weight matrix and its bias (what training sends),
 /// or arbitrary slices that may overlap, leave gaps, lie outside the bucket or claim shapes
-/// whose products overflow.
+/// whose products overflow; with a codec state (contract 0.4) that is mostly empty, else
+/// arbitrary bytes.
 pub fn meta() -> impl Strategy<Value = Meta> {
     let len = prop_oneof![3 => 0u32..64, 2 => 64u32..2048, 1 => 2048u32..20_000];
     let slice = (
@@ -32,9 +33,10 @@ pub fn meta() -> impl Strategy<Value = Meta> {
         1u32..64,
         prop::collection::vec(slice, 0..5),
         any::<(u32, u64, u32, u64, u64)>(),
+        prop_oneof![3 => Just(Vec::new()), 1 => prop::collection::vec(any::<u8>(), 0..600)],
     )
         .prop_map(
-            |(len, layout, rows, slices, (bucket, step, round, shared_seed, rank_seed))| {
+            |(len, layout, rows, slices, (bucket, step, round, shared_seed, rank_seed), state)| {
                 let tensors = match layout {
                     0 => vec![TensorSlice::whole("w", &[len], 0)],
                     1 => Vec::new(),
@@ -57,6 +59,7 @@ pub fn meta() -> impl Strategy<Value = Meta> {
                     tensors,
                     shared_seed,
                     rank_seed,
+                    state,
                 }
             },
         )
