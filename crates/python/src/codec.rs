@@ -2,6 +2,9 @@
 //! metadata of one bucket, built by the runtime's `bucket_meta` as the trainer builds it, so a
 //! codec sees the same seeds under PyTorch as under `lsgd-host run`. Buffers cross as float32
 //! buffers (the buffer protocol: `Tensor.numpy()`), and every codec call runs without the GIL.
+//! A stateful codec's per-bucket state (contract 0.4) is kept by the caller, as the trainer's
+//! `exchange::carry` keeps it: it goes into the meta (`Codec.meta(…, state=)`) and comes back
+//! from `Codec.next_state`.
 
 use std::sync::Mutex;
 
@@ -25,7 +28,8 @@ pub struct Codec {
     label: String,
 }
 
-/// The metadata of one bucket at one step on one rank (WIT `bucket-meta`, round 0).
+/// The metadata of one bucket at one step on one rank (WIT `bucket-meta`, round 0), with the
+/// bucket's codec state before the step.
 #[pyclass(module = "lsgd_torch._native", frozen)]
 pub struct BucketMeta {
     meta: Meta,
@@ -66,6 +70,13 @@ impl BucketMeta {
         self.meta.rank_seed
     }
 
+    /// The bucket's codec state before this step (empty at the first step and for a codec
+    /// that is not stateful).
+    #[getter]
+    fn state<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.meta.state)
+    }
+
     /// The tensors it holds: `[(name, shape, tensor_offset, bucket_offset, len), …]`.
     #[getter]
     fn tensors(&self) -> Vec<SliceArg> {
@@ -86,11 +97,12 @@ impl BucketMeta {
 
     fn __repr__(&self) -> String {
         format!(
-            "BucketMeta(bucket={}, step={}, len={}, tensors={})",
+            "BucketMeta(bucket={}, step={}, len={}, tensors={}, state={} bytes)",
             self.meta.bucket,
             self.meta.step,
             self.meta.len,
-            self.meta.tensors.len()
+            self.meta.tensors.len(),
+            self.meta.state.len()
         )
     }
 }
@@ -213,9 +225,19 @@ impl Codec {
         self.properties.rounds
     }
 
+    /// Whether the codec carries a state per bucket from step to step (`Codec.meta`'s `state`,
+    /// `Codec.next_state`; PowerSGD with warm start).
+    #[getter]
+    fn stateful(&self) -> bool {
+        self.properties.stateful
+    }
+
     /// The metadata of bucket `bucket` (of `len` floats holding `tensors`) at `step` on `rank`,
-    /// its seeds derived from `seed` as the trainer derives them.
+    /// its seeds derived from `seed` as the trainer derives them; `state` is the bucket's codec
+    /// state before the step (what `next_state` returned at the previous step, the same on
+    /// every rank; empty at the first step and for a codec that is not stateful).
     #[staticmethod]
+    #[pyo3(signature = (seed, step, bucket, rank, len, tensors, state=Vec::new()))]
     fn meta(
         seed: u64,
         step: u64,
@@ -223,6 +245,7 @@ impl Codec {
         rank: usize,
         len: u32,
         tensors: Vec<SliceArg>,
+        state: Vec<u8>,
     ) -> BucketMeta {
         let tensors = tensors
             .into_iter()
@@ -236,9 +259,9 @@ impl Codec {
                 },
             )
             .collect();
-        BucketMeta {
-            meta: bucket_meta(seed, step, bucket, rank, len, tensors),
-        }
+        let mut meta = bucket_meta(seed, step, bucket, rank, len, tensors);
+        meta.state = state;
+        BucketMeta { meta }
     }
 
     /// This rank's payload for round `round` of a bucket whose float32 data is `data`;
@@ -289,6 +312,27 @@ impl Codec {
             .detach(|| self.lock().decode(&m, &payloads))
             .map_err(plugin_to_py)?;
         buf.copy_from_slice(py, &floats)
+    }
+
+    /// A stateful codec's state of the bucket for the next step, from this step's (`meta`'s)
+    /// and `agreed`, what every rank received: for a summable codec the combined payload of
+    /// each round, for a gathered one every rank's payload in rank order. Called once per
+    /// bucket after its decode, with the same arguments on every rank (`round`: the last round
+    /// unless given).
+    #[pyo3(signature = (meta, agreed, round=None))]
+    fn next_state<'py>(
+        &self,
+        py: Python<'py>,
+        meta: &BucketMeta,
+        agreed: Vec<Vec<u8>>,
+        round: Option<u32>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let mut m = meta.meta.clone();
+        m.round = round.unwrap_or(self.properties.rounds - 1);
+        let out = py
+            .detach(|| self.lock().next_state(&m, &agreed))
+            .map_err(plugin_to_py)?;
+        Ok(PyBytes::new(py, &out))
     }
 }
 

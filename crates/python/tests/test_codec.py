@@ -1,6 +1,8 @@
 """The DDP comm hook (lsgd_torch.comm): its payloads are the host's, identity is DDP's own
-all-reduce, error feedback keeps p - decode(own), the state pickles with its residuals, faults
-stop every rank, and top-k at 1% trains a model as far as the all-reduce does."""
+all-reduce, error feedback keeps p - decode(own), a stateful codec (PowerSGD's warm start)
+carries its state from step to step as the trainer does, the state pickles with its residuals
+and codec states, faults stop every rank, and top-k at 1% trains a model as far as the
+all-reduce does."""
 
 import json
 import pickle
@@ -19,7 +21,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from conftest import ROOT, torchrun
 from lsgd_torch import PluginFault, blake3_hex, sample_bucket
-from lsgd_torch.comm import CodecState, codec_hook, decode_bucket, encode_bucket
+from lsgd_torch._native import Codec
+from lsgd_torch.comm import (
+    CodecState,
+    agreed_payloads,
+    codec_hook,
+    decode_bucket,
+    encode_bucket,
+)
 
 EXAMPLE = ROOT / "examples" / "python" / "ddp_codec.py"
 
@@ -187,6 +196,93 @@ def test_error_feedback_of_a_two_round_summable_codec(world1):
     assert torch.equal(state.residuals[0], (g + e) - out2)
 
 
+class Recording:
+    """A codec that records every payload it encodes, as (step, round, payload)."""
+
+    def __init__(self, codec):
+        self.codec = codec
+        self.sent = []
+
+    def __getattr__(self, name):
+        return getattr(self.codec, name)
+
+    def encode(self, meta, data, agreed=(), round=0):
+        payload = self.codec.encode(meta, data, list(agreed), round=round)
+        self.sent.append((meta.step, round, payload))
+        return payload
+
+
+def one_rank_step(codec, g, step, shape, state=b"", seed=0):
+    """One step of bucket 0 (one tensor of `shape` holding `g`) on one rank, without the hook:
+    (this rank's payloads, the decoded result, the state for the next step)."""
+    n = g.numel()
+    meta = Codec.meta(seed, step, 0, 0, n, [("param0", list(shape), 0, 0, n)], state)
+    assert meta.state == state
+    data = g.clone()
+    payloads, moved = encode_bucket(codec, meta, data.numpy(), single_rank_move(codec))
+    out = torch.empty_like(data)
+    decode_bucket(codec, meta, data, payloads, moved, out)
+    return payloads, out, codec.next_state(meta, agreed_payloads(codec, moved))
+
+
+def test_powersgd_warm_start_carries_the_agreed_q_to_the_next_step(world1):
+    shape = (24, 16)
+    gen = torch.Generator().manual_seed(11)
+    gs = [torch.randn(24 * 16, generator=gen) for _ in range(2)]
+    state = CodecState(None, "codec-powersgd", params={"rank": 2}, error_feedback=False)
+    codec = state.codec
+    assert codec.stateful and codec.rounds == 2
+    state.codec = recording = Recording(codec)
+    outs = [hook_once(state, g, [shape]) for g in gs]
+
+    # Step 0 starts cold; what next_state made of its agreed payloads is bucket 0's state.
+    p0, out0, s1 = one_rank_step(codec, gs[0], 0, shape)
+    assert s1, "a warm start keeps the agreed Q"
+    assert len(s1) == 4 * 16 * 2, "Q: cols x rank float32"
+    assert torch.equal(outs[0], out0)
+    # Step 1 starts from it: the P it sends is M·Q of step 0's agreed Q, not of a fresh Q₀.
+    p1, out1, s2 = one_rank_step(codec, gs[1], 1, shape, s1)
+    cold, _, _ = one_rank_step(codec, gs[1], 1, shape)
+    sent = {(step, r): p for step, r, p in recording.sent}
+    assert sent == {(0, 0): p0[0], (0, 1): p0[1], (1, 0): p1[0], (1, 1): p1[1]}
+    assert p1[0] != cold[0]
+    assert torch.equal(outs[1], out1)
+    assert state.states == {0: s2} and state.iter == 2
+    assert state.residuals == {}, "no error feedback asked for"
+    # The codec's refusal is a PluginFault, as decode's is.
+    meta = Codec.meta(0, 1, 0, 0, 24 * 16, [("param0", list(shape), 0, 0, 24 * 16)], s1)
+    with pytest.raises(PluginFault, match="2 agreed payloads") as fault:
+        codec.next_state(meta, [p1[0]])
+    assert (fault.value.call, fault.value.step) == ("next-state", 1)
+
+    # Without warm start the codec is not stateful: no state kept, every step starts cold.
+    cold_state = CodecState(
+        None, "codec-powersgd", params={"rank": 2, "warm_start": False}, error_feedback=False
+    )
+    assert not cold_state.codec.stateful
+    cold_outs = [hook_once(cold_state, g, [shape]) for g in gs]
+    assert cold_state.states == {} and cold_state.layouts == {}
+    assert torch.equal(cold_outs[0], out0), "both start from the same Q₀"
+    _, cold_out1, _ = one_rank_step(cold_state.codec, gs[1], 1, shape)
+    assert torch.equal(cold_outs[1], cold_out1)
+    assert not torch.equal(cold_outs[1], out1)
+
+
+def test_a_rebuilt_bucket_drops_its_codec_state(world1, caplog):
+    # The same 384 floats as 24 x 16, then as 16 x 24: a Q of 16 rows belongs to the first.
+    g = torch.randn(24 * 16, generator=torch.Generator().manual_seed(12))
+    state = CodecState(None, "codec-powersgd", params={"rank": 2}, error_feedback=False)
+    hook_once(state, g, [(24, 16)])
+    kept = state.states[0]
+    with caplog.at_level("INFO", logger="lsgd_torch.comm"):
+        out = hook_once(state, g, [(16, 24)])
+    assert "changed layout" in caplog.text and "codec state" in caplog.text
+    _, cold, after = one_rank_step(state.codec, g, 1, (16, 24))
+    assert torch.equal(out, cold), "the rebuilt bucket starts cold"
+    assert state.states[0] == after != kept
+    assert state.layouts[0] == (((16, 24), 0),)
+
+
 def test_error_feedback_waits_for_start_iter_and_drops_a_rebuilt_buckets_residual(
     world1, caplog
 ):
@@ -225,6 +321,35 @@ def test_pickled_state_keeps_its_residuals_and_continues_identically(world1):
     saved["settings"] = [("density", "0.5")]
     with pytest.raises(ValueError, match="params"):
         CodecState.__new__(CodecState).__setstate__(saved)
+
+
+def test_pickled_state_keeps_its_codec_states_and_continues_identically(world1):
+    gen = torch.Generator().manual_seed(13)
+    gs = [torch.randn(24 * 16, generator=gen) for _ in range(3)]
+    state = CodecState(None, "codec-powersgd", params={"rank": 2}, start_iter=0, seed=5)
+    for g in gs[:2]:
+        hook_once(state, g, [(24, 16)])
+    restored = pickle.loads(pickle.dumps(state))
+    assert restored.states == state.states and restored.states[0]
+    assert restored.layouts == state.layouts
+    assert restored._rank_record() == state._rank_record()
+    a, b = hook_once(state, gs[2], [(24, 16)]), hook_once(restored, gs[2], [(24, 16)])
+    assert torch.equal(a, b), "the restored state warm-starts from the same Q"
+    assert restored.states == state.states
+    assert torch.equal(restored.residuals[0], state.residuals[0])
+
+    # The codec state is in the part of the rank record that check_ranks compares.
+    other = pickle.loads(pickle.dumps(state))
+    other.states[0] = bytes(len(other.states[0]))
+    assert other._rank_record()["state"] != state._rank_record()["state"]
+    assert other._rank_record()["residuals"] == state._rank_record()["residuals"]
+
+    # A state pickled before codec states were kept loads with none.
+    saved = state.__getstate__()
+    del saved["states"]
+    old = CodecState.__new__(CodecState)
+    old.__setstate__(saved)
+    assert old.states == {}
 
 
 def test_bad_plugins_and_parameters_are_refused():
@@ -314,6 +439,15 @@ TWO_RANKS = textwrap.dedent(
         everyone = [None, None]
         dist.all_gather_object(everyone, mine)
         print(f"check_ranks same, residuals differ {everyone[0] != everyone[1]}", file=report)
+        # PowerSGD's warm-start Q: each rank computes it from what every rank received, so
+        # the ranks keep the same bytes (and check_ranks compares them).
+        psgd = CodecState(None, "codec-powersgd", params={"rank": 2})
+        grads(codec_hook, psgd)
+        lsgd_torch.check_ranks()
+        states = [None, None]
+        dist.all_gather_object(states, psgd.states)
+        kept = any(states[0].values())
+        print(f"powersgd states kept {kept} equal {states[0] == states[1]}", file=report)
     else:
         state = CodecState(None, "bad-codec", params={"mode": sys.argv[1], "from_step": 1,
                                                       "on_rank": 1})
@@ -347,9 +481,11 @@ def two_ranks(tmp_path, mode):
 
 
 def test_two_ranks_identity_is_the_allreduce_fp16_is_torchs_and_check_ranks_passes(tmp_path):
+    # ... and PowerSGD's warm-start states are the same bytes on both ranks.
     for out in two_ranks(tmp_path, "agree"):
         assert "identity equal True" in out, out
         assert "check_ranks same, residuals differ True" in out, out
+        assert "powersgd states kept True equal True" in out, out
         found = re.search(r"fp16 max diff (\S+) of (\S+)", out)
         diff, scale = float(found[1]), float(found[2])
         # Both sum p/2 in half precision (rounded in another order: f16(g/2) vs f16(g)/2).

@@ -3,9 +3,13 @@
 ``model.register_comm_hook(CodecState(None, "codec-top-k"), codec_hook)`` moves each DDP bucket
 as ``lsgd-host run --codec`` moves its buckets (``crates/train/src/exchange/codec.rs``): the same
 plugin, the same bucket metadata and seeds (``Codec.meta``), the same rounds, the same sum or
-gather, the same error feedback (GRACE's residual: p = g + e; e <- p - decode(own payload)).
+gather, the same error feedback (GRACE's residual: p = g + e; e <- p - decode(own payload)),
+and for a stateful codec (contract 0.4: ``codec-powersgd``'s warm start) the same per-bucket
+codec state (``Codec.next_state`` of what every rank received, the next step's
+``BucketMeta.state``), kept as the trainer keeps it (``crates/train/src/exchange/carry.rs``).
 :func:`encode_bucket` and :func:`decode_bucket` are that exchange without the collectives, so
-that a test can hold its payloads against ``lsgd-host compare``'s ``payload_blake3``.
+that a test can hold its payloads against ``lsgd-host compare``'s ``payload_blake3``;
+:func:`agreed_payloads` is what a stateful codec's ``next_state`` takes from them.
 """
 
 import logging
@@ -18,7 +22,7 @@ from . import _plugins
 from ._native import Codec, blake3_hex
 from .errors import PluginFault
 
-__all__ = ["CodecState", "codec_hook", "decode_bucket", "encode_bucket"]
+__all__ = ["CodecState", "agreed_payloads", "codec_hook", "decode_bucket", "encode_bucket"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +89,14 @@ def decode_bucket(codec, meta, data, payloads, moved, out, *, rank=0, residual=N
     out.copy_(total)
 
 
+def agreed_payloads(codec, moved):
+    """What every rank received of one bucket, from what :func:`encode_bucket` moved: for a
+    summable codec the combined payload of each round, for a gathered codec every rank's
+    payload in rank order; a stateful codec's ``Codec.next_state(meta, agreed)`` takes it and
+    returns the bucket's state for the next step (the next step's ``Codec.meta(…, state=)``)."""
+    return list(moved) if codec.combine == "sum" else list(moved[-1])
+
+
 def _param_names(names):
     """``{id(parameter): name}`` from a module, a ``{name: parameter}`` dict or (name, parameter)
     pairs."""
@@ -103,7 +115,8 @@ def _param_names(names):
 
 class CodecState:
     """What :func:`codec_hook` keeps between calls: the codec plugin, the step counter, the
-    error-feedback residual of every bucket, and the bytes sent.
+    error-feedback residual of every bucket, a stateful codec's state of every bucket, and the
+    bytes sent.
 
     ``plugin`` is a codec plugin's path or name (``codec-top-k`` is found through
     ``LSGD_PLUGIN_PATH``), ``params`` its parameters as a dict (``{"density": 0.01}``), ``seed``
@@ -114,10 +127,16 @@ class CodecState:
     another layout). ``names`` (the model, a ``{name: parameter}`` dict or pairs) gives the
     codec the parameters' names; without it they are ``param0``, ``param1``, ... per bucket.
 
+    A stateful codec (``codec.stateful``: ``codec-powersgd`` unless ``warm_start=false``) keeps
+    a state per bucket from step 0 on, whatever ``start_iter`` says: the same bytes on every
+    rank, as the codec computes them from what every rank received. A step's new residuals and
+    states become the state only once its last bucket is through, and a bucket whose layout
+    changed (DDP's rebuild) drops both its residual and its codec state.
+
     It pickles like PyTorch's ``PowerSGDState``: without the process group (``None`` after
-    loading: the default group), with the residuals, and reloads the plugin, refusing one whose
-    blake3 or parameters differ from the saved ones. ``names`` is not kept (parameters are
-    identified by object); pass it again with :meth:`set_names`.
+    loading: the default group), with the residuals and codec states, and reloads the plugin,
+    refusing one whose blake3 or parameters differ from the saved ones. ``names`` is not kept
+    (parameters are identified by object); pass it again with :meth:`set_names`.
     """
 
     _PICKLED = (
@@ -129,6 +148,7 @@ class CodecState:
         "start_iter",
         "iter",
         "residuals",
+        "states",
         "layouts",
         "bytes_sent",
         "total_bytes_sent",
@@ -161,7 +181,10 @@ class CodecState:
         self.iter = 0
         #: Each bucket index's residual e, float32, once error feedback has started.
         self.residuals = {}
-        #: Each residual's bucket layout ((shape, offset) per tensor), to tell a rebuilt bucket.
+        #: Each bucket index's codec state (bytes) for the next step, for a stateful codec.
+        self.states = {}
+        #: The bucket layout ((shape, offset) per tensor) each bucket's residual and codec state
+        #: belong to, to tell a rebuilt bucket.
         self.layouts = {}
         #: Payload bytes this rank sent in the last step (every bucket and round).
         self.bytes_sent = 0
@@ -177,8 +200,9 @@ class CodecState:
         _plugins.register(self)
 
     def _reset_step(self):
-        # A step's new residuals become the state only once its last bucket is through, so a
-        # fault mid-step leaves the state (and a checkpoint of it) as before the step.
+        # A step's new residuals and codec states become the state only once its last bucket
+        # is through, so a fault mid-step leaves the state (and a checkpoint of it) as before
+        # the step: {bucket: (residual or None, codec state or None, layout)}.
         self._staged = {}
         self._step_bytes = 0
         # A decode fault of this rank, told to the others at the next agreement.
@@ -193,9 +217,16 @@ class CodecState:
         # check_ranks requires "state" to be equal on every rank. The residuals are not: each
         # rank keeps what its own codec dropped of its own gradients (the host keeps them "per
         # bucket and per rank" too). What every rank must share is the bucket layout the
-        # residuals belong to (DDP syncs its rebuilt buckets from rank 0); the residuals' own
-        # digest is reported beside it, for a look, not for comparison.
-        layouts = repr(sorted(self.layouts.items())).encode() if self.layouts else None
+        # residuals and codec states belong to (DDP syncs its rebuilt buckets from rank 0) and
+        # a stateful codec's states, computed from what every rank received (the host compares
+        # them in its consistency check); the residuals' own digest is reported beside it, for
+        # a look, not for comparison.
+        shared = None
+        if self.layouts or self.states:
+            shared = repr(sorted(self.layouts.items())).encode()
+            for b in sorted(self.states):
+                state = self.states[b]
+                shared += b"%d:%d:" % (b, len(state)) + state
         residuals = None
         if self.residuals:
             residuals = blake3_hex(
@@ -208,7 +239,7 @@ class CodecState:
             "blake3": self.codec.blake3,
             "params": self.codec.params,
             "step": self.iter,
-            "state": None if layouts is None else blake3_hex(layouts),
+            "state": None if shared is None else blake3_hex(shared),
             "residuals": residuals,
         }
 
@@ -222,12 +253,14 @@ class CodecState:
 
     def __setstate__(self, state):
         """Restores a pickled state: reloads the plugin, checks that it is the one saved, and
-        leaves ``process_group`` None (the default group)."""
+        leaves ``process_group`` None (the default group). A state pickled before codec states
+        were kept has none."""
         logger.warning(
             "NOTE: Process group will be set to the default group. If a different group is "
             "desired, set `process_group` after the state is loaded."
         )
         saved = (state.pop("codec_blake3"), [tuple(p) for p in state.pop("codec_params")])
+        state.setdefault("states", {})
         for k, v in state.items():
             setattr(self, k, v)
         self.process_group = None
@@ -238,30 +271,43 @@ class CodecState:
             raise ValueError(
                 f"codec {self.codec.label}: the state was saved with blake3 {saved[0]} and "
                 f"params {saved[1]}, but the plugin loaded now has blake3 {loaded[0]} and "
-                f"params {loaded[1]}; its residuals belong to the other one"
+                f"params {loaded[1]}; its residuals and codec states belong to the other one"
             )
 
     def _commit(self):
-        for b, (new, layout) in self._staged.items():
-            self.residuals[b] = new
+        for b, (residual, codec_state, layout) in self._staged.items():
+            if self.layouts.get(b) != layout:
+                # A rebuilt bucket: nothing kept for the old layout survives.
+                self.residuals.pop(b, None)
+                self.states.pop(b, None)
+            if residual is not None:
+                self.residuals[b] = residual
+            if codec_state is not None:
+                self.states[b] = codec_state
             self.layouts[b] = layout
         self.bytes_sent = self._step_bytes
         self.total_bytes_sent += self._step_bytes
         self.iter += 1
         self._reset_step()
 
-    def _residual(self, b, layout):
-        """Bucket ``b``'s residual, or None where there is none for this layout (the step's
-        commit then replaces it)."""
-        e = self.residuals.get(b)
-        if e is not None and self.layouts.get(b) != layout:
-            logger.warning(
-                "codec hook: bucket %s changed layout (a DDP bucket rebuild after the residual "
-                "was kept); its residual is dropped",
-                b,
-            )
-            return None
-        return e
+    def _kept(self, b, layout):
+        """Bucket ``b``'s residual (or None) and codec state (or ``b""``), both as if nothing
+        were kept where what is kept belongs to another layout (the step's commit then drops
+        it)."""
+        e, kept_state = self.residuals.get(b), self.states.get(b, b"")
+        if (e is None and not kept_state) or self.layouts.get(b) == layout:
+            return e, kept_state
+        # A dropped residual loses what the codec has not sent yet; a dropped codec state only
+        # makes the codec start the bucket afresh (a state kept from step 0, before DDP's
+        # rebuild, is expected to go).
+        log = logger.warning if e is not None else logger.info
+        log(
+            "codec hook: bucket %s changed layout (a DDP bucket rebuild after its %s was "
+            "kept); it is dropped",
+            b,
+            "residual" if e is not None else "codec state",
+        )
+        return None, b""
 
 
 class _Mover:
@@ -349,7 +395,8 @@ def _layout(bucket, buffer, names):
 def codec_hook(state, bucket):
     """A DDP communication hook that moves each gradient bucket through ``state``'s codec
     plugin: ``model.register_comm_hook(state, codec_hook)``. Returns a completed future of the
-    averaged (decoded) bucket.
+    averaged (decoded) bucket. A stateful codec's ``next_state`` is called after the bucket's
+    decode; the step's new states are kept once its last bucket is through.
 
     Faults raise ``PluginFault`` on the rank where the plugin failed and on the others (naming
     that rank); the state is then as before the step.
@@ -376,7 +423,10 @@ def _exchange(state, bucket):
     step = state.iter
     tensors, layout = _layout(bucket, buffer, state._names)
     n = buffer.numel()
-    meta = Codec.meta(state.seed, step, b, rank, n, tensors)
+    e, codec_state = state._kept(b, layout)
+    stateful = state.codec.stateful
+    # The contract's state is always empty for a codec that is not stateful.
+    meta = Codec.meta(state.seed, step, b, rank, n, tensors, codec_state if stateful else b"")
 
     direct = buffer.dtype == torch.float32 and buffer.device.type == "cpu"
     direct = direct and buffer.is_contiguous()
@@ -388,7 +438,6 @@ def _exchange(state, bucket):
 
     residual = None
     if state.error_feedback and step >= state.start_iter:
-        e = state._residual(b, layout)
         if e is not None:
             data.add_(e)
         # A fresh tensor each step: a residual once committed is never written again, so a
@@ -397,14 +446,17 @@ def _exchange(state, bucket):
 
     move = _Mover(state, group, f"bucket {b}")
     payloads, moved = encode_bucket(state.codec, meta, data.numpy(), move)
+    next_state = None
     try:
         decode_bucket(state.codec, meta, data, payloads, moved, data, rank=rank, residual=residual)
+        if stateful:
+            next_state = state.codec.next_state(meta, agreed_payloads(state.codec, moved))
     except PluginFault as fault:
         # Told to the other ranks at the next agreement (the next bucket's, or the step's last).
         state._fault = fault
     else:
-        if residual is not None:
-            state._staged[b] = (residual, layout)
+        if residual is not None or next_state is not None:
+            state._staged[b] = (residual, next_state, layout)
         if not direct:
             buffer.copy_(data)
 

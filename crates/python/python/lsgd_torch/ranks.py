@@ -54,7 +54,9 @@ def _pairs(record):
 def check_ranks(group=None):
     """Checks that all ranks of ``group`` (default: the world) hold the same lsgd-torch plugins
     (component bytes and parameters), at the same step, with the same snapshots of stateful
-    plugins and codec residual digests; raises ``RanksDiffer`` naming each rank that differs.
+    plugins and, for a codec hook, the same bucket layouts and codec states (its residuals
+    differ by rank: reported, not compared); raises ``RanksDiffer`` naming each rank that
+    differs.
     A collective: every rank calls it at the same point. Returns this rank's records."""
     mine = _records()
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
