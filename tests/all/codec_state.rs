@@ -146,3 +146,33 @@ fn the_mean_residual_splits_the_ranks_share_differently_to_the_same_sum() {
         "sums differ by {worst} at scale {scale}"
     );
 }
+
+#[test]
+fn compare_carries_a_stateful_codecs_state_from_bucket_to_bucket() {
+    use lsgd_host::compare::{CodecInputs, Tolerance, compare_codecs};
+    let rt = runtime();
+    let mut warm = load(&rt, "codec-powersgd", &[]).unwrap();
+    let mut cold = load(&rt, "codec-powersgd", &[("warm_start", "false")]).unwrap();
+    let inputs = CodecInputs {
+        rows: 48,
+        cols: 32,
+        buckets: 3,
+        seed: 9,
+    };
+    let exact = Tolerance {
+        rtol: 0.0,
+        atol: 0.0,
+    };
+    let r = compare_codecs(&mut warm, &mut cold, inputs, exact).unwrap();
+    let (a, b) = (&r.a.payload_blake3, &r.b.payload_blake3);
+    assert_eq!(a[0], b[0], "the first bucket starts both from the same Q₀");
+    assert!(
+        a[1] != b[1] && a[2] != b[2],
+        "later buckets start from the kept Q"
+    );
+    // The same codec on both sides carries the same state: identical throughout.
+    let mut again = load(&rt, "codec-powersgd", &[]).unwrap();
+    let mut warm = load(&rt, "codec-powersgd", &[]).unwrap();
+    let r = compare_codecs(&mut warm, &mut again, inputs, exact).unwrap();
+    assert!(r.payloads_identical && r.within_tolerance());
+}

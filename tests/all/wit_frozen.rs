@@ -13,6 +13,20 @@ const V0_2_0: &str = "1ffdf89111e3736419512e5e437008608f75eba58f3e298b510c01d98d
 /// label-smoothing world without codec).
 const V0_3_0: &str = "6e21bf65c38a92bcf12657dc6804023457b207e766c63cf57593fbff89afae54";
 
+/// blake3 of wit/v0.4.0/policy.wit as released (0.3.0 plus the schedule's momentum and codec
+/// state across steps).
+const V0_4_0: &str = "229d39ea46f2d7ad7cf554e997effb85a77f08cae82098db2e4248b66e74783c";
+
+#[test]
+fn wit_v0_4_0_is_frozen() {
+    let text = std::fs::read(root().join("wit/v0.4.0/policy.wit")).unwrap();
+    assert_eq!(
+        blake3::hash(&text).to_hex().as_str(),
+        V0_4_0,
+        "wit/v0.4.0 is released and frozen; put changes in a new version folder"
+    );
+}
+
 #[test]
 fn wit_v0_3_0_is_frozen() {
     let text = std::fs::read(root().join("wit/v0.3.0/policy.wit")).unwrap();

@@ -26,6 +26,52 @@ pub fn round_trip(codec: &mut Plugin, meta: &Meta, data: &[f32]) -> Result<Round
     Ok((payloads, out))
 }
 
+/// One single-rank step of a codec: [`round_trip`] from `meta.state`, then, for a stateful
+/// codec (contract 0.4), `next-state` of its payloads. Returns the round trip and the bucket's
+/// next state (empty for a codec that keeps none): what `bench codecs` times, so that a
+/// stateful codec pays for its state.
+pub fn step(
+    codec: &mut Plugin,
+    meta: &Meta,
+    data: &[f32],
+) -> Result<(RoundTrip, Vec<u8>), PluginError> {
+    let properties = codec.properties()?;
+    let trip = round_trip(codec, meta, data)?;
+    let next = match properties.stateful {
+        true => codec.next_state(&last_round(meta, properties), &trip.0)?,
+        false => Vec::new(),
+    };
+    Ok((trip, next))
+}
+
+/// [`step`] for a native codec.
+pub fn native_step(
+    codec: &dyn DynCodec,
+    meta: &Meta,
+    data: &[f32],
+) -> Result<(RoundTrip, Vec<u8>)> {
+    let properties = codec.properties();
+    let trip = native_round_trip(codec, meta, data)?;
+    let next = match properties.stateful {
+        true => codec
+            .next_state(&last_round(meta, properties), &trip.0)
+            .map_err(|message| Error::Native {
+                name: codec.info().name,
+                message,
+            })?,
+        false => Vec::new(),
+    };
+    Ok((trip, next))
+}
+
+/// `meta` at the codec's last round, as `decode` and `next-state` see it.
+fn last_round(meta: &Meta, properties: Properties) -> Meta {
+    Meta {
+        round: properties.rounds.max(1) - 1,
+        ..meta.clone()
+    }
+}
+
 /// The same for a native codec; its error ([`Error::Native`]) names the codec.
 pub fn native_round_trip(codec: &dyn DynCodec, meta: &Meta, data: &[f32]) -> Result<RoundTrip> {
     lsgd_codec::round_trip(codec, meta, data).map_err(|message| Error::Native {

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::plugin::{Plugin, PolicyKind};
+use crate::plugin::{Plugin, PluginError, PolicyKind};
 use crate::policy::{Clock, PolicySet};
 use crate::trace::Inputs;
 use crate::{Error, Result};
@@ -253,7 +253,9 @@ pub fn payload_digest(payloads: &[Vec<u8>]) -> String {
     h.finalize().to_hex().to_string()
 }
 
-/// Compares decode(encode(x)) of two codec plugins on the same buckets, element by element.
+/// Compares decode(encode(x)) of two codec plugins on the same buckets, element by element; a
+/// stateful codec (contract 0.4) carries its state from each bucket to the next, as from one
+/// training step to the next.
 pub fn compare_codecs(
     a: &mut Plugin,
     b: &mut Plugin,
@@ -281,10 +283,21 @@ pub fn compare_codecs(
         b: side(b),
     };
     let (mut norm2, mut err2) = (0.0f64, [0.0f64; 2]);
+    let mut states = [Vec::new(), Vec::new()];
     for step in 0..inputs.buckets {
         let (meta, data) = crate::codec::sample_bucket(inputs.rows, inputs.cols, step, inputs.seed);
-        let (pa, ra) = crate::codec::round_trip(a, &meta, &data)?;
-        let (pb, rb) = crate::codec::round_trip(b, &meta, &data)?;
+        let run = |codec: &mut Plugin, state: &mut Vec<u8>| {
+            let meta = lsgd_codec::Meta {
+                state: std::mem::take(state),
+                ..meta.clone()
+            };
+            let (trip, next) = crate::codec::step(codec, &meta, &data)?;
+            *state = next;
+            Ok::<_, PluginError>(trip)
+        };
+        let [state_a, state_b] = &mut states;
+        let (pa, ra) = run(a, state_a)?;
+        let (pb, rb) = run(b, state_b)?;
         report.payloads_identical &= pa == pb;
         report.a.payload_bytes += pa.iter().map(|p| p.len() as u64).sum::<u64>();
         report.b.payload_bytes += pb.iter().map(|p| p.len() as u64).sum::<u64>();

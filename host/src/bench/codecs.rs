@@ -6,7 +6,9 @@
 //! [`crate::codec::sample_bucket`]) and must produce the same payload bytes, which the table
 //! shows: a ratio between two different computations would mean nothing. The WASM side
 //! includes what the sandbox costs, copying the bucket into the instance and the payload and
-//! reconstruction out. Rounds alternate between the sides and the median is reported.
+//! reconstruction out. A stateful codec (PowerSGD's warm start) runs a whole step: from the
+//! state one earlier step left (its Q), which every call copies in, through `next-state`.
+//! Rounds alternate between the sides and the median is reported.
 //!
 //! More figures come from the same rounds: the plugin compiled with canonical NaNs (as
 //! policies are, and codecs with `--codec-canonical-nans`); compiled with fuel and epoch
@@ -24,7 +26,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::codec::{native_round_trip, round_trip, sample_bucket};
+use crate::codec::{native_step, sample_bucket, step};
 use crate::plugin::runtime::Metering;
 use crate::plugin::{EngineOptions, Plugin, PluginError, Runtime};
 use lsgd_codec::Meta;
@@ -73,7 +75,8 @@ pub struct Measurement {
     /// payloads), over and above nothing: the base is not subtracted.
     pub fuel_per_float: f64,
     /// The best ratio the boundary's copies allow: native time over native time plus the
-    /// time of copying the bucket twice and the payload twice.
+    /// time of copying the bucket twice, the payload twice and a stateful codec's state once
+    /// per call and once out.
     pub copy_ceiling: f64,
     /// Input bytes / payload bytes.
     pub compression: f64,
@@ -142,34 +145,39 @@ pub fn run(
             .map_err(anyhow::Error::msg)?;
         for &floats in sizes {
             let (rows, cols) = shape(floats);
-            let (meta, data) = sample_bucket(rows, cols, 0, 1);
+            let (first, data) = sample_bucket(rows, cols, 0, 1);
+            // A stateful codec starts from the state a step before left; others from none.
+            let meta = Meta {
+                state: native_step(native.as_ref(), &first, &data)?.1,
+                ..first
+            };
             let bytes = data.len() as f64 * 4.0;
-            let (wasm_payloads, _) = round_trip(&mut plugin, &meta, &data)?;
-            let (canonical_payloads, _) = round_trip(&mut canonical_plugin, &meta, &data)?;
+            let ((wasm_payloads, _), _) = step(&mut plugin, &meta, &data)?;
+            let ((canonical_payloads, _), _) = step(&mut canonical_plugin, &meta, &data)?;
             let mut payloads = vec![wasm_payloads, canonical_payloads];
             let mut fuel_per_float = fuel_round_trip(&mut plugin, &meta, &data)?;
             for (_, other) in &mut others {
-                payloads.push(round_trip(other, &meta, &data)?.0);
+                payloads.push(step(other, &meta, &data)?.0.0);
                 fuel_per_float = fuel_per_float.max(fuel_round_trip(other, &meta, &data)?);
             }
-            let (native_payloads, _) = native_round_trip(native.as_ref(), &meta, &data)?;
+            let ((native_payloads, _), _) = native_step(native.as_ref(), &meta, &data)?;
             let payload_bytes = native_payloads.iter().map(Vec::len).sum::<usize>();
             let (mut t_native, mut t_wasm) = (Vec::new(), Vec::new());
             let mut t_canonical = Vec::new();
             let mut t_others = vec![Vec::new(); others.len()];
             for _ in 0..rounds.max(1) {
                 let start = Instant::now();
-                std::hint::black_box(native_round_trip(native.as_ref(), &meta, &data)?);
+                std::hint::black_box(native_step(native.as_ref(), &meta, &data)?);
                 t_native.push(start.elapsed().as_secs_f64());
                 let start = Instant::now();
-                std::hint::black_box(round_trip(&mut plugin, &meta, &data)?);
+                std::hint::black_box(step(&mut plugin, &meta, &data)?);
                 t_wasm.push(start.elapsed().as_secs_f64());
                 let start = Instant::now();
-                std::hint::black_box(round_trip(&mut canonical_plugin, &meta, &data)?);
+                std::hint::black_box(step(&mut canonical_plugin, &meta, &data)?);
                 t_canonical.push(start.elapsed().as_secs_f64());
                 for ((_, other), times) in others.iter_mut().zip(&mut t_others) {
                     let start = Instant::now();
-                    std::hint::black_box(round_trip(other, &meta, &data)?);
+                    std::hint::black_box(step(other, &meta, &data)?);
                     times.push(start.elapsed().as_secs_f64());
                 }
             }
@@ -178,8 +186,12 @@ pub fn run(
                 Some(i) => native_s / median(&mut t_others[i].clone()),
                 None => native_s / wasm_s,
             };
+            // A stateful codec's state goes in with every call (each round's encode, decode,
+            // next-state) and its next state comes out.
+            let state_copies = f64::from(native.properties().rounds) + 3.0;
             let copies_s = copy_seconds(data.len() * 4, rounds) * 2.0
-                + copy_seconds(payload_bytes, rounds) * 2.0;
+                + copy_seconds(payload_bytes, rounds) * 2.0
+                + copy_seconds(meta.state.len(), rounds) * state_copies;
             out.push(Measurement {
                 codec: name.clone(),
                 floats: data.len(),
@@ -201,7 +213,7 @@ pub fn run(
     Ok(out)
 }
 
-/// A round trip through `codec` (as [`round_trip`]) that returns the most fuel one of its
+/// A round trip through `codec` (as [`crate::codec::round_trip`]) that returns the most fuel one of its
 /// calls used per float it handled; 0 when its engine does not count fuel.
 fn fuel_round_trip(codec: &mut Plugin, meta: &Meta, data: &[f32]) -> Result<f64, PluginError> {
     let rounds = codec.properties()?.rounds.max(1);

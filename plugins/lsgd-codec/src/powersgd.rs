@@ -51,6 +51,16 @@ pub struct PowerSgd {
     /// Whether each step starts from the previous step's agreed Q (the bucket's state) rather
     /// than a fresh random Q₀.
     pub warm_start: bool,
+    /// The first step that compresses: earlier steps send every element raw (PyTorch's
+    /// `start_powerSGD_iter`, whose vanilla all-reduce steps these are).
+    pub start_step: u64,
+}
+
+impl PowerSgd {
+    /// Which slices of `meta`'s bucket this step compresses.
+    fn plan(&self, meta: &Meta) -> Result<Plan, String> {
+        Plan::new(meta, self.rank as usize, meta.step >= self.start_step)
+    }
 }
 
 impl Policy for PowerSgd {
@@ -66,6 +76,11 @@ impl Policy for PowerSgd {
                     true,
                     "start each step's power iteration from the previous step's agreed Q (false: a fresh random Q every step)",
                 ),
+                ParamSpec::integer(
+                    "start_step",
+                    0,
+                    "first step that compresses; earlier steps send the bucket uncompressed (PyTorch's start_powerSGD_iter)",
+                ),
             ],
         );
         Info {
@@ -79,9 +94,14 @@ impl Policy for PowerSgd {
         if !(1..=MAX_RANK).contains(&v) {
             return Err(format!("rank must be in [1, {MAX_RANK}], got {v}"));
         }
+        let start = p.integer("start_step")?;
+        if start < 0 {
+            return Err(format!("start_step must be 0 or more, got {start}"));
+        }
         Ok(PowerSgd {
             rank: v as u32,
             warm_start: p.boolean("warm_start")?,
+            start_step: start as u64,
         })
     }
 }
@@ -97,7 +117,7 @@ impl Codec for PowerSgd {
 
     fn encode(&self, meta: &Meta, data: &[f32], agreed: &[Vec<u8>]) -> Result<Vec<u8>, String> {
         check_len(meta, data)?;
-        let plan = Plan::new(meta, self.rank as usize)?;
+        let plan = self.plan(meta)?;
         let r = self.rank as usize;
         if agreed.len() != meta.round as usize {
             return Err(format!(
@@ -161,7 +181,7 @@ impl Codec for PowerSgd {
                 agreed.len()
             ));
         }
-        let plan = Plan::new(meta, self.rank as usize)?;
+        let plan = self.plan(meta)?;
         let last = &agreed[1];
         if last.len() != 4 * (plan.q_len + plan.raw_len) {
             return Err(format!(
@@ -177,7 +197,7 @@ impl Codec for PowerSgd {
 
     fn decode(&self, meta: &Meta, payloads: &[Vec<u8>]) -> Result<Vec<f32>, String> {
         expect_rounds(payloads, 2)?;
-        let plan = Plan::new(meta, self.rank as usize)?;
+        let plan = self.plan(meta)?;
         let r = self.rank as usize;
         let ps = plan.read_p(&payloads[0])?;
         let last = &payloads[1];
@@ -246,7 +266,8 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(meta: &Meta, r: usize) -> Result<Plan, String> {
+    /// The plan of `meta`'s bucket at rank `r`; with `compress` false every slice goes raw.
+    fn new(meta: &Meta, r: usize, compress: bool) -> Result<Plan, String> {
         let n = meta.len as usize;
         let mut mats = Vec::new();
         let mut raw = Vec::new();
@@ -261,7 +282,8 @@ impl Plan {
             }
             let cols = t.cols() as usize;
             let rows = len / cols;
-            let worth = t.shape.len() >= 2
+            let worth = compress
+                && t.shape.len() >= 2
                 && len % cols == 0
                 && r < rows.min(cols)
                 && (r as u64) * (rows as u64 + cols as u64) < (rows as u64) * (cols as u64);
@@ -953,5 +975,32 @@ mod tests {
             ..meta.clone()
         };
         assert_eq!(c.encode(&kept, &data, &[]).unwrap(), fresh);
+    }
+
+    #[test]
+    fn steps_before_start_step_send_everything_raw_and_keep_no_state() {
+        let meta = bucket(&[("w", &[12, 10]), ("b", &[10])]);
+        let data: Vec<f32> = (0..130).map(|i| (i as f32 * 0.3).sin()).collect();
+        let c = PowerSgd {
+            start_step: 3,
+            ..codec(2).unwrap()
+        };
+        let early = Meta {
+            step: 2,
+            ..meta.clone()
+        };
+        let (payloads, out) = round_trip(dynamic(c).as_ref(), &early, &data).unwrap();
+        assert_eq!(payloads[0], Vec::<u8>::new(), "no P before the start");
+        assert_eq!(out, data, "the bucket went raw");
+        let last = Meta { round: 1, ..early };
+        assert!(c.next_state(&last, &payloads).unwrap().is_empty());
+        let from = Meta { step: 3, ..meta };
+        let (payloads, _) = round_trip(dynamic(c).as_ref(), &from, &data).unwrap();
+        assert_eq!(payloads[0].len(), 4 * 12 * 2, "compressed from step 3");
+        assert_eq!(
+            codec(2).map(|c| c.start_step).unwrap(),
+            0,
+            "compresses from the first step by default"
+        );
     }
 }
