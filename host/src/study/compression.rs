@@ -1,7 +1,10 @@
 //! Gradient compression: every codec plugin, with and without error feedback, data-parallel on
 //! `mpirun` ranks; final accuracy against what went over the wire, and the time in the
 //! collectives. The plot is accuracy against compression ratio, the figure the GRACE paper
-//! (Xu et al. 2021) draws for its codecs.
+//! (Xu et al. 2021) draws for its codecs. Beside those rows: PowerSGD with PyTorch's residual
+//! (`--error-feedback mean`), DGC's momentum correction (`--error-feedback momentum`) for the
+//! sign and sparsifying codecs, and the evidence on error feedback with heavy-ball momentum
+//! (the uncompressed run and ef-sign at SGD momentum 0).
 
 use std::fmt::Write as _;
 
@@ -10,6 +13,7 @@ use anyhow::Result;
 use super::report::{self, Table};
 use super::{Job, Outcome, Recipe, Settings, Subset, jobs, strings};
 use crate::plot::{self, Panel, Series};
+use crate::train::exchange::ErrorFeedback;
 
 /// The codecs of the full study: every reference codec plugin but `codec-identity` (the
 /// uncompressed baseline is the run without a codec) and `codec-int8-c` (`codec-int8` in C).
@@ -29,6 +33,67 @@ pub const CODECS: [&str; 13] = [
     "codec-powersgd",
 ];
 
+/// One row of the study: a codec (`None`: uncompressed) with an error-feedback mode, at the
+/// run's SGD momentum (0.9) or, for the evidence rows, another.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Variant {
+    /// The codec plugin, or none for the fp32 all-reduce.
+    pub codec: Option<&'static str>,
+    /// `--error-feedback`.
+    pub feedback: ErrorFeedback,
+    /// `--momentum`, when not the run's.
+    pub momentum: Option<f64>,
+}
+
+impl Variant {
+    /// The codec with `feedback` at the run's momentum.
+    pub fn new(codec: Option<&'static str>, feedback: ErrorFeedback) -> Variant {
+        Variant {
+            codec,
+            feedback,
+            momentum: None,
+        }
+    }
+
+    /// The fp32 all-reduce.
+    pub const UNCOMPRESSED: Variant = Variant {
+        codec: None,
+        feedback: ErrorFeedback::Off,
+        momentum: None,
+    };
+
+    /// The same at SGD momentum `m`.
+    pub fn at_momentum(self, m: f64) -> Variant {
+        Variant {
+            momentum: Some(m),
+            ..self
+        }
+    }
+
+    /// The report's codec column.
+    fn label(&self) -> String {
+        let name = match self.codec {
+            Some(c) => c.trim_start_matches("codec-").to_string(),
+            None => "none (fp32 all-reduce)".into(),
+        };
+        match self.momentum {
+            Some(m) => format!("{name}, SGD momentum {m}"),
+            None => name,
+        }
+    }
+
+    /// The report's error-feedback column.
+    fn feedback_label(&self) -> &'static str {
+        match (self.codec, self.feedback) {
+            (None, _) => "-",
+            (_, ErrorFeedback::Off) => "off",
+            (_, ErrorFeedback::Residual) => "residual",
+            (_, ErrorFeedback::Mean) => "mean (PyTorch's)",
+            (_, ErrorFeedback::Momentum) => "momentum (DGC)",
+        }
+    }
+}
+
 /// The study's shape.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -42,25 +107,43 @@ pub struct Plan {
     pub codecs: Vec<&'static str>,
     /// Warmup length in epochs.
     pub warmup_epochs: f64,
+    /// The rows beside each codec's `off` and `residual` ones.
+    pub extras: Vec<Variant>,
 }
 
 impl Plan {
     /// The full study or its quick variant.
     pub fn new(quick: bool) -> Plan {
-        let (subset, codecs) = if quick {
+        use ErrorFeedback::{Mean, Momentum, Off, Residual};
+        let (subset, codecs, extras) = if quick {
             let subset = Subset {
                 train: 1024,
                 test: 500,
                 epochs: 1,
             };
-            (subset, vec!["codec-fp16", "codec-top-k", "codec-sign"])
+            let extras = vec![Variant::new(Some("codec-top-k"), Momentum)];
+            (
+                subset,
+                vec!["codec-fp16", "codec-top-k", "codec-sign"],
+                extras,
+            )
         } else {
             let subset = Subset {
                 train: 12_000,
                 test: 10_000,
                 epochs: 2,
             };
-            (subset, CODECS.to_vec())
+            let mut extras = vec![Variant::new(Some("codec-powersgd"), Mean)];
+            for c in ["codec-sign", "codec-ef-sign", "codec-top-k"] {
+                extras.push(Variant::new(Some(c), Momentum));
+            }
+            // Error feedback with heavy-ball momentum applied after the exchange (the run's
+            // 0.9) against none: does the residual hurt, or its replay by momentum?
+            extras.push(Variant::UNCOMPRESSED.at_momentum(0.0));
+            for fb in [Off, Residual] {
+                extras.push(Variant::new(Some("codec-ef-sign"), fb).at_momentum(0.0));
+            }
+            (subset, CODECS.to_vec(), extras)
         };
         Plan {
             recipe: Recipe::default(),
@@ -68,11 +151,25 @@ impl Plan {
             batch: 256,
             codecs,
             warmup_epochs: 0.5,
+            extras,
         }
     }
 
-    /// The job of one codec (`None`: uncompressed) with or without error feedback, one seed.
-    pub fn job(&self, codec: Option<&str>, feedback: bool, seed: u64, ranks: u32) -> Job {
+    /// Every row: the baseline, each codec without and with (residual) error feedback, then
+    /// the extras.
+    pub fn variants(&self) -> Vec<Variant> {
+        let mut v = vec![Variant::UNCOMPRESSED];
+        for c in &self.codecs {
+            for fb in [ErrorFeedback::Off, ErrorFeedback::Residual] {
+                v.push(Variant::new(Some(c), fb));
+            }
+        }
+        v.extend(self.extras.iter().copied());
+        v
+    }
+
+    /// The job of one row, one seed.
+    pub fn job(&self, v: &Variant, seed: u64, ranks: u32) -> Job {
         let mut args = self.recipe.model_args();
         args.extend(strings(&["--schedule", "warmup"]));
         args.extend(self.subset.args());
@@ -90,7 +187,7 @@ impl Plan {
             "--set".into(),
             "schedule.milestones=".into(),
         ]);
-        let name = match codec {
+        let mut name = match v.codec {
             Some(c) => {
                 args.extend(["--codec".into(), c.to_string()]);
                 if c == "codec-dgc" {
@@ -98,34 +195,32 @@ impl Plan {
                     // the ramp to 99.9% takes the first 48 of its 94 steps (4 stages).
                     args.extend(["--set".into(), "codec.warmup_steps=12".into()]);
                 }
-                if feedback {
-                    args.extend(["--error-feedback".into(), "residual".into()]);
+                let (flag, tag) = match v.feedback {
+                    ErrorFeedback::Off => (None, "noef"),
+                    ErrorFeedback::Residual => (Some("residual"), "ef"),
+                    ErrorFeedback::Mean => (Some("mean"), "efmean"),
+                    ErrorFeedback::Momentum => (Some("momentum"), "efmom"),
+                };
+                if let Some(mode) = flag {
+                    args.extend(["--error-feedback".into(), mode.into()]);
                 }
-                format!(
-                    "{}-{}",
-                    c.trim_start_matches("codec-"),
-                    if feedback { "ef" } else { "noef" }
-                )
+                format!("{}-{tag}", c.trim_start_matches("codec-"))
             }
             None => "uncompressed".into(),
         };
+        if let Some(m) = v.momentum {
+            args.extend(["--momentum".into(), m.to_string()]);
+            name += &format!("-m{m}");
+        }
         Job::new(format!("{name}-np{ranks}-s{seed}"), args).on_ranks(ranks)
     }
 
-    /// Every job: the uncompressed baseline, then each codec without and with feedback.
+    /// Every job: each row of [`Plan::variants`] for every seed.
     pub fn jobs(&self, seeds: &[u64], ranks: u32) -> Vec<Job> {
-        let mut jobs: Vec<Job> = seeds
+        self.variants()
             .iter()
-            .map(|&s| self.job(None, false, s, ranks))
-            .collect();
-        for c in &self.codecs {
-            for feedback in [false, true] {
-                for &s in seeds {
-                    jobs.push(self.job(Some(c), feedback, s, ranks));
-                }
-            }
-        }
-        jobs
+            .flat_map(|v| seeds.iter().map(move |&s| self.job(v, s, ranks)))
+            .collect()
     }
 }
 
@@ -167,11 +262,8 @@ pub fn run(settings: &Settings) -> Result<String> {
         "the compression study needs at least 2 ranks (--np), got {ranks}"
     );
     let outcomes = jobs::run_all(settings, &plan.jobs(&settings.seeds, ranks))?;
-    let find = |codec: Option<&str>, feedback: bool| {
-        jobs::of_seeds(&outcomes, &settings.seeds, |s| {
-            plan.job(codec, feedback, s, ranks).id
-        })
-    };
+    let find =
+        |v: &Variant| jobs::of_seeds(&outcomes, &settings.seeds, |s| plan.job(v, s, ranks).id);
     let all: Vec<&Outcome> = outcomes.iter().collect();
     let mut md = report::header(
         settings,
@@ -187,11 +279,16 @@ pub fn run(settings: &Settings) -> Result<String> {
         "## Set-up\n\n{ranks} ranks under `mpirun` on this machine (shared memory), {} \
          on the first {} {} training images for {} epochs at global batch {} \
          (LR {} per 256, warmup over {} epoch, no decay), tested on the first {} test \
-         images. Every codec runs with its default parameters (`lsgd-host inspect CODEC` lists \
-         them) but `dgc`, whose warm-up stages are shortened to 12 steps so that it reaches \
-         its 99.9% sparsity halfway through the run, once without error feedback and once \
-         with `--error-feedback residual` (EF-SGD: what the codec dropped is added to the \
-         next step's gradient). Wire figures are rank \
+         images, SGD with momentum 0.9. Every codec runs with its default parameters \
+         (`lsgd-host inspect CODEC` lists them; PowerSGD at rank 2 with warm start) but `dgc`, \
+         whose warm-up stages are shortened to 12 steps so that it reaches its 99.9% sparsity \
+         halfway through the run, once without error feedback and once with \
+         `--error-feedback residual` (EF-SGD: what the codec dropped is added to the next \
+         step's gradient). Further rows: PowerSGD with `--error-feedback mean` (PyTorch \
+         `powerSGD_hook`'s residual: the rank's input minus the ranks' mean reconstruction), \
+         `--error-feedback momentum` (Deep Gradient Compression's momentum correction, which \
+         keeps the momentum inside the exchange) and, at SGD momentum 0, the uncompressed run \
+         and ef-sign. Wire figures are rank \
          0's means over the steps: the compression ratio is gradient bytes as binary32 over \
          payload bytes; bytes sent count every message of the collective (a sparse or \
          quantized payload is all-gathered, so a rank sends it to each peer); collective time \
@@ -219,7 +316,7 @@ pub fn run(settings: &Settings) -> Result<String> {
         "collective ms / step",
         "step ms",
     ]);
-    let base = report::mean_of(&find(None, false), Outcome::accuracy);
+    let base = report::mean_of(&find(&Variant::UNCOMPRESSED), Outcome::accuracy);
     let mut row = |label: &str, fb: &str, runs: &[&Outcome]| {
         let Some(first) = runs.first() else { return };
         let w = Wire::of(first);
@@ -239,15 +336,8 @@ pub fn run(settings: &Settings) -> Result<String> {
             format!("{:.1}", w.step_ms),
         ]);
     };
-    row("none (fp32 all-reduce)", "-", &find(None, false));
-    for c in &plan.codecs {
-        for fb in [false, true] {
-            row(
-                c.trim_start_matches("codec-"),
-                if fb { "residual" } else { "off" },
-                &find(Some(c), fb),
-            );
-        }
+    for v in plan.variants() {
+        row(&v.label(), v.feedback_label(), &find(&v));
     }
     md += &t.markdown();
 
@@ -262,20 +352,28 @@ pub fn run(settings: &Settings) -> Result<String> {
 fn draw_figure<'a>(
     settings: &Settings,
     plan: &Plan,
-    find: &dyn Fn(Option<&str>, bool) -> Vec<&'a Outcome>,
+    find: &dyn Fn(&Variant) -> Vec<&'a Outcome>,
 ) -> Result<()> {
     let panel = |fb: bool| {
+        let feedback = match fb {
+            true => ErrorFeedback::Residual,
+            false => ErrorFeedback::Off,
+        };
         let point = |runs: &[&Outcome]| {
             runs.first()
                 .map(|o| (Wire::of(o).ratio, mean_or_chance(runs)))
         };
         let mut series = vec![Series {
             label: "uncompressed".into(),
-            points: point(&find(None, false)).into_iter().collect(),
+            points: point(&find(&Variant::UNCOMPRESSED)).into_iter().collect(),
         }];
-        series.extend(plan.codecs.iter().map(|c| Series {
-            label: c.trim_start_matches("codec-").into(),
-            points: point(&find(Some(c), fb)).into_iter().collect(),
+        series.extend(plan.codecs.iter().map(|c| {
+            Series {
+                label: c.trim_start_matches("codec-").into(),
+                points: point(&find(&Variant::new(Some(c), feedback)))
+                    .into_iter()
+                    .collect(),
+            }
         }));
         let title = if fb {
             "test accuracy (%), error feedback (residual)"
@@ -304,45 +402,98 @@ fn mean_or_chance(runs: &[&Outcome]) -> f64 {
 fn findings<'a>(
     plan: &Plan,
     base: Option<f64>,
-    find: &dyn Fn(Option<&str>, bool) -> Vec<&'a Outcome>,
+    find: &dyn Fn(&Variant) -> Vec<&'a Outcome>,
 ) -> String {
+    use ErrorFeedback::{Mean, Momentum, Off, Residual};
     let mut md = String::from("## Findings (computed from the table)\n\n");
     let Some(base) = base else {
         md += "- The uncompressed run diverged; nothing is compared.\n\n";
         return md;
     };
-    let acc = |c: &str, fb| report::mean_of(&find(Some(c), fb), Outcome::accuracy);
-    let (mut helped, mut close) = (Vec::new(), Vec::new());
-    for c in &plan.codecs {
+    let acc = |v: Variant| report::mean_of(&find(&v), Outcome::accuracy);
+    let shown = |a: Option<f64>| a.map_or("diverged".to_string(), |a| format!("{a:.2}"));
+    let (mut helped, mut hurt, mut close) = (Vec::new(), Vec::new(), Vec::new());
+    for &c in &plan.codecs {
         let name = c.trim_start_matches("codec-");
-        match (acc(c, false), acc(c, true)) {
-            (Some(off), Some(on)) if on - off > 1.0 => {
-                helped.push(format!("{name} ({off:.2} → {on:.2})"))
+        let (off, on) = (
+            acc(Variant::new(Some(c), Off)),
+            acc(Variant::new(Some(c), Residual)),
+        );
+        match (off, on) {
+            (Some(a), Some(b)) if b - a > 1.0 => helped.push(format!("{name} ({a:.2} → {b:.2})")),
+            (None, Some(b)) => helped.push(format!("{name} (diverged → {b:.2})")),
+            (Some(a), b) if b.is_none_or(|b| a - b > 1.0) => {
+                hurt.push(format!("{name} ({a:.2} → {})", shown(b)))
             }
-            (None, Some(on)) => helped.push(format!("{name} (diverged → {on:.2})")),
             _ => {}
         }
-        if acc(c, true).is_some_and(|a| (a - base).abs() <= 1.0) {
-            let ratio = find(Some(c), true)
+        if on.is_some_and(|a| (a - base).abs() <= 1.0) {
+            let ratio = find(&Variant::new(Some(c), Residual))
                 .first()
                 .map_or(1.0, |o| Wire::of(o).ratio);
             close.push(format!("{name} ({ratio:.0}×)"));
         }
     }
     let _ = writeln!(md, "- Uncompressed: {base:.2}%.");
-    if !helped.is_empty() {
-        let _ = writeln!(
-            md,
-            "- Error feedback gains more than 1 point for: {}.",
-            helped.join(", ")
-        );
+    for (what, list) in [
+        (
+            "Error feedback (residual) gains more than 1 point for",
+            &helped,
+        ),
+        (
+            "Error feedback (residual) loses more than 1 point for",
+            &hurt,
+        ),
+        ("With error feedback within 1 point of uncompressed", &close),
+    ] {
+        if !list.is_empty() {
+            let _ = writeln!(md, "- {what}: {}.", list.join(", "));
+        }
     }
-    if !close.is_empty() {
-        let _ = writeln!(
-            md,
-            "- With error feedback within 1 point of uncompressed: {}.",
-            close.join(", ")
-        );
+    for v in &plan.extras {
+        let Some(c) = v.codec else { continue };
+        let at = |fb| acc(Variant { feedback: fb, ..*v });
+        let name = v.label();
+        match v.feedback {
+            Mean => {
+                let _ = writeln!(
+                    md,
+                    "- {name}: {} without error feedback, {} with our residual, {} with \
+                     PyTorch's (`mean`).",
+                    shown(at(Off)),
+                    shown(at(Residual)),
+                    shown(at(Mean))
+                );
+            }
+            Momentum => {
+                let _ = writeln!(
+                    md,
+                    "- {name} with DGC's momentum correction: {} (off {}, residual {}).",
+                    shown(at(Momentum)),
+                    shown(at(Off)),
+                    shown(at(Residual))
+                );
+            }
+            Off if v.momentum.is_some() && c == "codec-ef-sign" => {
+                let run = Variant::new(Some(c), Off);
+                let _ = writeln!(
+                    md,
+                    "- ef-sign, off → residual: {} → {} at SGD momentum 0.9, {} → {} at \
+                     momentum 0 (uncompressed at momentum 0: {}).",
+                    shown(acc(run)),
+                    shown(acc(Variant {
+                        feedback: Residual,
+                        ..run
+                    })),
+                    shown(at(Off)),
+                    shown(at(Residual)),
+                    shown(acc(
+                        Variant::UNCOMPRESSED.at_momentum(v.momentum.unwrap_or(0.0))
+                    ))
+                );
+            }
+            _ => {}
+        }
     }
     md += "\n## Where this differs from GRACE\n\n\
            - GRACE trains ResNets and LSTMs for full schedules on up to 8 GPUs over a network; \

@@ -253,11 +253,22 @@ mod tests {
         // Batch control: 3 variants × label smoothing on and off.
         let b = batch_control::Plan::new(false);
         assert_eq!(ids(&b.jobs(&seeds)).len(), 2 * 3 * 2);
-        // Compression: the baseline and 13 codecs × error feedback on and off, all on ranks.
+        // Compression: the baseline and 13 codecs × error feedback on and off, all on ranks;
+        // PowerSGD's mean residual, momentum correction for 3 codecs, 3 rows at momentum 0.
         let c = compression::Plan::new(false);
         let jobs = c.jobs(&seeds, 4);
-        assert_eq!(ids(&jobs).len(), 2 * (1 + 13 * 2));
+        assert_eq!(ids(&jobs).len(), 2 * (1 + 13 * 2 + 1 + 3 + 3));
         assert!(jobs.iter().all(|j| j.ranks == 4));
+        let m0 = jobs
+            .iter()
+            .find(|j| j.id == "ef-sign-ef-m0-np4-s1")
+            .unwrap();
+        let args = m0.args.join(" ");
+        assert!(
+            args.ends_with("--error-feedback residual --momentum 0"),
+            "{args}"
+        );
+        assert!(ids(&jobs).contains(&"powersgd-efmean-np4-s2".to_string()));
         // Layer-wise: the reference and 3 rules × 2 batches.
         let l = layerwise::Plan::new(false);
         assert_eq!(ids(&l.jobs(&seeds)).len(), 2 * (1 + 3 * 2));
@@ -317,7 +328,8 @@ mod tests {
             recipe: cifar,
             ..compression::Plan::new(true)
         };
-        assert_eq!(value(&c.job(None, false, 1, 2).args, "--base-lr"), "0.2");
+        let plain = c.job(&compression::Variant::UNCOMPRESSED, 1, 2);
+        assert_eq!(value(&plain.args, "--base-lr"), "0.2");
         // LAMB's LR is AdamW's and does not follow SGD's.
         let l = layerwise::Plan::new(false).with_recipe(cifar);
         assert_eq!(
