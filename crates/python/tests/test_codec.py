@@ -97,6 +97,11 @@ HOST_CODECS = [
 @pytest.mark.parametrize("plugin,params", HOST_CODECS, ids=[c for c, _ in HOST_CODECS])
 def test_hook_payloads_are_the_hosts_on_the_same_buckets(host, plugin, params):
     rows, cols, buckets, seed = 24, 16, 3, 7
+    if plugin == "codec-powersgd":
+        # `compare` carries a stateful codec's state from bucket to bucket, and these sample
+        # buckets' metas carry none: warm start is held against the host step by step in
+        # test_powersgd_warm_start_carries_the_agreed_q_to_the_next_step.
+        params = {**params, "warm_start": "false"}
     sets = [f"--set=both.{k}={v}" for k, v in params.items()]
     report = json.loads(
         host(
