@@ -398,20 +398,24 @@ fn mean_or_chance(runs: &[&Outcome]) -> f64 {
     report::mean_of(runs, Outcome::accuracy).unwrap_or(10.0)
 }
 
+/// A mean accuracy as the findings print it.
+fn shown(a: Option<f64>) -> String {
+    a.map_or("diverged".to_string(), |a| format!("{a:.2}"))
+}
+
 /// Sentences computed from the results.
 fn findings<'a>(
     plan: &Plan,
     base: Option<f64>,
     find: &dyn Fn(&Variant) -> Vec<&'a Outcome>,
 ) -> String {
-    use ErrorFeedback::{Mean, Momentum, Off, Residual};
+    use ErrorFeedback::{Off, Residual};
     let mut md = String::from("## Findings (computed from the table)\n\n");
     let Some(base) = base else {
         md += "- The uncompressed run diverged; nothing is compared.\n\n";
         return md;
     };
     let acc = |v: Variant| report::mean_of(&find(&v), Outcome::accuracy);
-    let shown = |a: Option<f64>| a.map_or("diverged".to_string(), |a| format!("{a:.2}"));
     let (mut helped, mut hurt, mut close) = (Vec::new(), Vec::new(), Vec::new());
     for &c in &plan.codecs {
         let name = c.trim_start_matches("codec-");
@@ -450,6 +454,24 @@ fn findings<'a>(
             let _ = writeln!(md, "- {what}: {}.", list.join(", "));
         }
     }
+    md += &extra_findings(plan, &acc);
+    md += "\n## Where this differs from GRACE\n\n\
+           - GRACE trains ResNets and LSTMs for full schedules on up to 8 GPUs over a network; \
+           here two ranks share one machine's memory, so the collective takes microseconds to \
+           milliseconds and compression saves bytes, not time: the step-time column shows the \
+           codecs' own cost instead. Bytes sent are what a network would carry.\n\
+           - Runs are short (a few hundred steps at most), which favours codecs whose error \
+           averages out quickly; GRACE's finding that error feedback rescues biased codecs \
+           (sign, top-k) is visible when the two rows of such a codec differ by more than the \
+           seeds' range.\n\n";
+    md
+}
+
+/// The findings of the rows beside each codec's `off` and `residual`: PowerSGD's residuals,
+/// DGC's momentum correction, and error feedback at SGD momentum 0 against 0.9.
+fn extra_findings(plan: &Plan, acc: &dyn Fn(Variant) -> Option<f64>) -> String {
+    use ErrorFeedback::{Mean, Momentum, Off, Residual};
+    let mut md = String::new();
     for v in &plan.extras {
         let Some(c) = v.codec else { continue };
         let at = |fb| acc(Variant { feedback: fb, ..*v });
@@ -495,14 +517,5 @@ fn findings<'a>(
             _ => {}
         }
     }
-    md += "\n## Where this differs from GRACE\n\n\
-           - GRACE trains ResNets and LSTMs for full schedules on up to 8 GPUs over a network; \
-           here two ranks share one machine's memory, so the collective takes microseconds to \
-           milliseconds and compression saves bytes, not time: the step-time column shows the \
-           codecs' own cost instead. Bytes sent are what a network would carry.\n\
-           - Runs are short (a few hundred steps at most), which favours codecs whose error \
-           averages out quickly; GRACE's finding that error feedback rescues biased codecs \
-           (sign, top-k) is visible when the two rows of such a codec differ by more than the \
-           seeds' range.\n\n";
     md
 }
