@@ -19,6 +19,8 @@
 //! - [`hierarchical`]: reduce inside a node over shared memory, ring among node leaders;
 //! - [`baseline`]: MPI_Allreduce, the yardstick;
 //! - [`cost`]: α-β predictions of each algorithm at scales we cannot run;
+//! - [`calibrate`]: the measurements `bench calibrate` fits the cost model's α, β, γ to (ping-pong,
+//!   two-way exchange, the addition) and the ranks' host names;
 //! - [`chunks`]: chunking, the pairwise exchange, and how each element format is stored and
 //!   added ([`chunks::Format`]);
 //! - [`selftest`]: every algorithm against MPI_Allreduce and the exact sum, for the mpirun tests.
@@ -27,6 +29,7 @@
 
 pub mod baseline;
 pub mod binary_blocks;
+pub mod calibrate;
 pub mod chunks;
 pub mod cost;
 mod error;

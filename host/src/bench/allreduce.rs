@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::collective::cost::CostModel;
 use crate::collective::{Algorithm, World};
 
 /// What to measure.
@@ -46,6 +47,12 @@ pub struct Row {
     pub vs_mpi: Option<f64>,
     /// Bytes this rank sent per call.
     pub bytes_sent: u64,
+    /// The α-β model's seconds (`--model`); absent without a model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_s: Option<f64>,
+    /// seconds / predicted_s; absent without a model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
 }
 
 /// Parses `4K..64M` (every power of two between the bounds) or a list `4K,1M,3000`: counts
@@ -143,13 +150,26 @@ pub fn run(world: &mut World, setup: &Setup) -> Result<Vec<Row>> {
                 busbw: algbw * 2.0 * (p - 1.0) / p,
                 vs_mpi: mpi.map(|m| seconds / m),
                 bytes_sent: sent[a],
+                predicted_s: None,
+                ratio: None,
             });
         }
     }
     Ok(rows)
 }
 
-/// The nccl-tests style table.
+/// Sets each row's `predicted_s` (the model's seconds for its algorithm at its size on `p`
+/// ranks; `mpi` is what cost.rs prices it at, the best a tuned MPI can pick) and `ratio`
+/// (measured / predicted; none where the model predicts no time, as on one rank).
+pub fn predict(rows: &mut [Row], model: &CostModel, p: usize) {
+    for r in rows {
+        let predicted = model.predict(r.algorithm, p, r.bytes as f64);
+        r.predicted_s = Some(predicted);
+        r.ratio = (predicted > 0.0).then(|| r.seconds / predicted);
+    }
+}
+
+/// The nccl-tests style table, with the model's columns where rows have predictions.
 pub fn print_table(world: &World, rows: &[Row], mut out: impl Write) -> Result<()> {
     writeln!(
         out,
@@ -158,11 +178,16 @@ pub fn print_table(world: &World, rows: &[Row], mut out: impl Write) -> Result<(
         world.torus_shape().0,
         world.torus_shape().1
     )?;
-    writeln!(
+    let model = rows.iter().any(|r| r.predicted_s.is_some());
+    write!(
         out,
         "{:>10} {:>11}  {:<17} {:>11} {:>12} {:>12} {:>7}",
         "floats", "bytes", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "vs mpi"
     )?;
+    if model {
+        write!(out, " {:>14} {:>20}", "predicted(us)", "measured/predicted")?;
+    }
+    writeln!(out)?;
     let mut last = None;
     for r in rows {
         let (floats, bytes) = if last == Some(r.floats) {
@@ -171,7 +196,7 @@ pub fn print_table(world: &World, rows: &[Row], mut out: impl Write) -> Result<(
             (r.floats.to_string(), r.bytes.to_string())
         };
         last = Some(r.floats);
-        writeln!(
+        write!(
             out,
             "{floats:>10} {bytes:>11}  {:<17} {:>11.1} {:>12.3} {:>12.3} {:>7}",
             r.algorithm.name(),
@@ -180,6 +205,16 @@ pub fn print_table(world: &World, rows: &[Row], mut out: impl Write) -> Result<(
             r.busbw / 1e9,
             r.vs_mpi.map_or("-".to_string(), |v| format!("{v:.2}x")),
         )?;
+        if model {
+            write!(
+                out,
+                " {:>14} {:>20}",
+                r.predicted_s
+                    .map_or("-".to_string(), |p| format!("{:.1}", p * 1e6)),
+                r.ratio.map_or("-".to_string(), |v| format!("{v:.2}x")),
+            )?;
+        }
+        writeln!(out)?;
     }
     Ok(())
 }
@@ -216,5 +251,56 @@ mod tests {
         for name in ["halving-doubling", "binary-blocks"] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }
+        assert!(!text.contains("predicted"), "{text}");
+        let json = serde_json::to_string(&rows).unwrap();
+        assert!(!json.contains("predicted_s"), "{json}");
+    }
+
+    #[test]
+    fn a_model_adds_predictions_and_ratios() {
+        let world = World::single();
+        let row = |algorithm, seconds| Row {
+            floats: 1 << 20,
+            bytes: 4 << 20,
+            algorithm,
+            seconds,
+            algbw: 0.0,
+            busbw: 0.0,
+            vs_mpi: None,
+            bytes_sent: 0,
+            predicted_s: None,
+            ratio: None,
+        };
+        let mut rows = vec![row(Algorithm::Mpi, 2e-3), row(Algorithm::Ring, 1e-3)];
+        let model = CostModel {
+            alpha: 1e-6,
+            beta: 1e-10,
+            gamma: 1e-11,
+            alpha_intra: 1e-6,
+            beta_intra: 1e-10,
+            ranks_per_node: 1,
+            torus_shape: None,
+        };
+        predict(&mut rows, &model, 4);
+        let n = (4 << 20) as f64;
+        let ring = model.predict(Algorithm::Ring, 4, n);
+        assert_eq!(rows[1].predicted_s, Some(ring));
+        assert_eq!(rows[1].ratio, Some(1e-3 / ring));
+        assert_eq!(
+            rows[0].predicted_s,
+            Some(model.predict(Algorithm::Mpi, 4, n))
+        );
+        let mut text = Vec::new();
+        print_table(&world, &rows, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("predicted(us)") && text.contains("measured/predicted"),
+            "{text}"
+        );
+        let v: serde_json::Value = serde_json::to_value(&rows).unwrap();
+        assert_eq!(v[1]["predicted_s"], ring);
+        // One rank: nothing to predict a ratio against.
+        predict(&mut rows, &model, 1);
+        assert_eq!(rows[1].ratio, None);
     }
 }

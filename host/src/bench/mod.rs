@@ -1,6 +1,8 @@
 //! Benchmarks that print ratios measured in one run (never timed assertions in tests).
 //!
 //! - [`allreduce`]: each all-reduce algorithm against MPI_Allreduce under mpirun;
+//! - [`calibrate`]: the α-β-γ model's machine parameters fitted from ping-pongs, exchanges and
+//!   additions under mpirun, for `simulate --model` and `bench allreduce --model`;
 //! - [`policies`]: per-call cost of each policy plugin next to the same formula compiled
 //!   natively, plus size, load and instantiation times;
 //! - [`languages`]: the same warmup schedule in Rust, C, Python, JavaScript and Go;
@@ -14,6 +16,7 @@
 //!   natively, and the compression each achieves.
 
 pub mod allreduce;
+pub mod calibrate;
 pub mod codecs;
 pub mod ddp;
 pub mod languages;

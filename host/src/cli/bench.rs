@@ -1,13 +1,14 @@
 //! `lsgd-host bench`.
 
+use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 use super::args::LimitArgs;
 use super::trace::Format;
-use crate::bench::{allreduce, codecs, ddp, languages, loader, policies, train};
+use crate::bench::{allreduce, calibrate, codecs, ddp, languages, loader, policies, train};
 use crate::model::Arch;
 use crate::precision::Precision;
 use crate::train::augment::Augment;
@@ -203,7 +204,39 @@ enum BenchCommand {
         /// Torus grid XxY for torus2d (default: near-square).
         #[arg(long, value_parser = crate::collective::parse_shape)]
         torus_shape: Option<(usize, usize)>,
+        /// A model file (`bench calibrate --out`): adds each row's α-β prediction on this
+        /// world (its size, torus grid and ranks per host) and measured/predicted.
+        #[arg(long, visible_alias = "predict", value_name = "FILE")]
+        model: Option<PathBuf>,
         /// `json` prints the measurements as JSON.
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+    },
+    /// The α-β-γ model's machine parameters fitted from measurements, under mpirun with 2 or
+    /// more ranks: ping-pongs and two-way exchanges between hosts and inside one, and the f32
+    /// addition (`mpirun -np 2 lsgd-host bench calibrate --out model.json`).
+    Calibrate {
+        /// Message sizes in bytes: a list `0,8,4K,1M` or `8..16M` (powers of two).
+        #[arg(
+            long,
+            default_value = "0,8,64,512,4K,32K,256K,1M,4M,16M",
+            value_parser = allreduce::parse_sizes
+        )]
+        sizes: std::vec::Vec<usize>,
+        /// Timed repetitions per size (default: 51 at small sizes down to 5 at 8 MiB and up);
+        /// the median is taken.
+        #[arg(long)]
+        reps: Option<usize>,
+        /// Untimed repetitions per size first.
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        /// Bytes of each vector in the timed f32 addition (γ), with K/M/G suffixes.
+        #[arg(long, default_value = "16M", value_parser = allreduce::parse_count)]
+        gamma_bytes: usize,
+        /// Also write the calibration as JSON here (the model file of `simulate --model`).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// `json` prints the calibration as JSON.
         #[arg(long, value_enum)]
         format: Option<Format>,
     },
@@ -338,8 +371,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             iters,
             warmup,
             torus_shape,
+            model,
             format,
         } => {
+            // Read before measuring, so a bad file fails at once, on every rank alike.
+            let machine = model.as_deref().map(calibrate::Machine::load).transpose()?;
             let mut world = crate::collective::World::init()?;
             world.set_torus_shape(torus_shape)?;
             let setup = allreduce::Setup {
@@ -348,14 +384,61 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 iters,
                 warmup,
             };
-            let rows = allreduce::run(&mut world, &setup)?;
+            let mut rows = allreduce::run(&mut world, &setup)?;
+            let mut header = None;
+            if let (Some(machine), Some(path)) = (machine, &model) {
+                // This world's layout, not the calibration run's: `hierarchical` runs on the
+                // hosts this run has.
+                let hosts = world.hostnames()?;
+                let local = calibrate::Machine {
+                    ranks_per_node: calibrate::ranks_per_node(&hosts),
+                    ..machine
+                };
+                let cost = local.cost_model(Some(world.torus_shape()));
+                allreduce::predict(&mut rows, &cost, world.size());
+                header = Some(format!(
+                    "# predicted: α-β model of {} on this world ({} rank(s) per host): {}",
+                    path.display(),
+                    local.ranks_per_node,
+                    local.simulate_flags()
+                ));
+            }
             // Every rank holds the same rows; rank 0 alone prints them.
             if !world.is_root() {
                 return Ok(());
             }
-            emit(format, &rows, |out| {
+            emit(format, &rows, |mut out| {
+                if let Some(h) = &header {
+                    writeln!(out, "{h}")?;
+                }
                 allreduce::print_table(&world, &rows, out)
             })
+        }
+        BenchCommand::Calibrate {
+            sizes,
+            reps,
+            warmup,
+            gamma_bytes,
+            out,
+            format,
+        } => {
+            let world = crate::collective::World::init()?;
+            let setup = calibrate::Setup {
+                sizes,
+                reps,
+                warmup,
+                gamma_bytes,
+            };
+            let cal = calibrate::run(&world, &setup)?;
+            if !world.is_root() {
+                return Ok(());
+            }
+            if let Some(path) = &out {
+                let json = serde_json::to_string_pretty(&cal)?;
+                std::fs::write(path, json + "\n")
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            emit(format, &cal, |out| calibrate::print(&cal, out))
         }
     }
 }

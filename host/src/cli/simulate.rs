@@ -1,11 +1,14 @@
 //! `lsgd-host simulate`: α-β predicted all-reduce times at scales we cannot run.
 
+use std::path::PathBuf;
+
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
 
 use super::trace::Format;
 use crate::bench::allreduce::parse_sizes;
+use crate::bench::calibrate::Machine;
 use crate::collective::cost::CostModel;
 use crate::collective::{Algorithm, parse_shape, torus};
 
@@ -15,15 +18,19 @@ pub struct SimulateArgs {
     /// Number of ranks.
     #[arg(long, default_value_t = 1024)]
     ranks: usize,
-    /// Seconds per message between nodes (latency).
-    #[arg(long, default_value_t = 5e-6)]
-    alpha: f64,
-    /// Seconds per byte between nodes (1 / bandwidth; 1e-10 is 10 GB/s).
-    #[arg(long, default_value_t = 1e-10)]
-    beta: f64,
-    /// Seconds per byte reduced (the additions).
-    #[arg(long, default_value_t = 0.0)]
-    gamma: f64,
+    /// A model file (`bench calibrate --out`) giving α, β, γ, the intra-node costs and ranks
+    /// per node; the flags below override it.
+    #[arg(long, value_name = "FILE")]
+    model: Option<PathBuf>,
+    /// Seconds per message between nodes (latency) [default: 5e-6].
+    #[arg(long)]
+    alpha: Option<f64>,
+    /// Seconds per byte between nodes (1 / bandwidth; 1e-10 is 10 GB/s) [default: 1e-10].
+    #[arg(long)]
+    beta: Option<f64>,
+    /// Seconds per byte reduced (the additions) [default: 0].
+    #[arg(long)]
+    gamma: Option<f64>,
     /// Bytes to all-reduce, with K/M/G suffixes (powers of 1024); default 100M (ResNet-50's
     /// 25M fp32 gradients). Ignored with --sizes.
     #[arg(long, default_value = "100M")]
@@ -31,13 +38,13 @@ pub struct SimulateArgs {
     /// Several message sizes in bytes: `4K..1G` (powers of two) or a list `1M,100M`.
     #[arg(long)]
     sizes: Option<String>,
-    /// Ranks per node, for `hierarchical`.
-    #[arg(long, default_value_t = 8)]
-    ranks_per_node: usize,
-    /// Seconds per message inside a node (default: --alpha).
+    /// Ranks per node, for `hierarchical` [default: 8].
+    #[arg(long)]
+    ranks_per_node: Option<usize>,
+    /// Seconds per message inside a node (default: the model file's, else --alpha).
     #[arg(long)]
     alpha_intra: Option<f64>,
-    /// Seconds per byte inside a node (default: --beta).
+    /// Seconds per byte inside a node (default: the model file's, else --beta).
     #[arg(long)]
     beta_intra: Option<f64>,
     /// Torus grid XxY (default: near-square).
@@ -46,6 +53,34 @@ pub struct SimulateArgs {
     /// `json` prints the predictions as JSON.
     #[arg(long, value_enum)]
     format: Option<Format>,
+}
+
+/// The model `simulate` prices with: each flag given, else the model file's value, else the
+/// built-in default (the intra-node costs default to the inter-node ones in effect).
+fn cost_model(args: &SimulateArgs) -> Result<CostModel> {
+    let file = args.model.as_deref().map(Machine::load).transpose()?;
+    let pick = |flag: Option<f64>, from_file: fn(&Machine) -> f64, default: f64| {
+        flag.or(file.as_ref().map(from_file)).unwrap_or(default)
+    };
+    let alpha = pick(args.alpha, |m| m.alpha, 5e-6);
+    let beta = pick(args.beta, |m| m.beta, 1e-10);
+    let model = CostModel {
+        alpha,
+        beta,
+        gamma: pick(args.gamma, |m| m.gamma, 0.0),
+        alpha_intra: pick(args.alpha_intra, |m| m.alpha_intra, alpha),
+        beta_intra: pick(args.beta_intra, |m| m.beta_intra, beta),
+        ranks_per_node: args
+            .ranks_per_node
+            .or(file.as_ref().map(|m| m.ranks_per_node))
+            .unwrap_or(8),
+        torus_shape: args.torus_shape,
+    };
+    anyhow::ensure!(
+        model.ranks_per_node >= 1,
+        "--ranks-per-node must be at least 1"
+    );
+    Ok(model)
 }
 
 #[derive(Serialize)]
@@ -61,22 +96,10 @@ struct Prediction {
 pub fn run(args: SimulateArgs) -> Result<()> {
     let p = args.ranks;
     anyhow::ensure!(p >= 1, "--ranks must be at least 1");
-    anyhow::ensure!(
-        args.ranks_per_node >= 1,
-        "--ranks-per-node must be at least 1"
-    );
     if let Some(shape) = args.torus_shape {
         torus::check_shape(shape, p)?;
     }
-    let model = CostModel {
-        alpha: args.alpha,
-        beta: args.beta,
-        gamma: args.gamma,
-        alpha_intra: args.alpha_intra.unwrap_or(args.alpha),
-        beta_intra: args.beta_intra.unwrap_or(args.beta),
-        ranks_per_node: args.ranks_per_node,
-        torus_shape: args.torus_shape,
-    };
+    let model = cost_model(&args)?;
     let sizes = match &args.sizes {
         Some(s) => parse_sizes(s)?,
         None => parse_sizes(&args.bytes)?,
@@ -137,4 +160,75 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimulateArgs,
+    }
+
+    fn model(flags: &[&str]) -> Result<CostModel> {
+        let cli = Cli::try_parse_from(std::iter::once("simulate").chain(flags.iter().copied()))?;
+        cost_model(&cli.args)
+    }
+
+    #[test]
+    fn without_a_model_file_the_defaults_and_flags_are_as_before() {
+        let m = model(&[]).unwrap();
+        assert_eq!((m.alpha, m.beta, m.gamma), (5e-6, 1e-10, 0.0));
+        assert_eq!(
+            (m.alpha_intra, m.beta_intra, m.ranks_per_node),
+            (5e-6, 1e-10, 8)
+        );
+        let m = model(&["--alpha", "1e-5", "--ranks-per-node", "4"]).unwrap();
+        assert_eq!((m.alpha, m.alpha_intra, m.ranks_per_node), (1e-5, 1e-5, 4));
+    }
+
+    #[test]
+    fn a_model_file_sets_every_parameter_and_flags_override_it() {
+        let dir = std::env::temp_dir().join(format!("lsgd-simulate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("model.json");
+        let machine = Machine {
+            alpha: 2e-5,
+            beta: 8e-9,
+            gamma: 3e-10,
+            alpha_intra: 1e-6,
+            beta_intra: 2e-10,
+            ranks_per_node: 2,
+        };
+        // What `bench calibrate --out` writes holds more than the six parameters.
+        let mut json = serde_json::to_value(machine).unwrap();
+        json["notes"] = serde_json::json!(["measured"]);
+        std::fs::write(&file, json.to_string()).unwrap();
+        let path = file.to_str().unwrap();
+        let m = model(&["--model", path]).unwrap();
+        assert_eq!(
+            (
+                m.alpha,
+                m.beta,
+                m.gamma,
+                m.alpha_intra,
+                m.beta_intra,
+                m.ranks_per_node
+            ),
+            (2e-5, 8e-9, 3e-10, 1e-6, 2e-10, 2)
+        );
+        let m = model(&["--model", path, "--beta", "1e-9", "--ranks-per-node", "8"]).unwrap();
+        assert_eq!(
+            (m.alpha, m.beta, m.beta_intra, m.ranks_per_node),
+            (2e-5, 1e-9, 2e-10, 8)
+        );
+        std::fs::write(&file, "{}").unwrap();
+        let err = format!("{:#}", model(&["--model", path]).unwrap_err());
+        assert!(err.contains("bench calibrate"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
