@@ -10,14 +10,21 @@
 # Usage: scripts/study-async.sh [EPOCHS [SEED ...]]    default: 2 epochs, seeds 1 2
 # Extra settings through the environment: MODEL (default cnn), TRAIN (training samples,
 # default all 60000), WORKERS (default "2 3"), SLOW_MS (default 0: nobody slowed; else rank 1
-# sleeps that long before each gradient).
+# sleeps that long before each gradient), LSGD_BIN (a binary built earlier: no set-up or build).
+# Under `scripts/netlab.sh run -- scripts/study-async.sh …` the ranks run on the emulated
+# cluster's hosts (rank 0, the server in async mode, on h1).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$LSGD_ROOT"
-bash scripts/setup.sh
-cargo build --locked --release -p lsgd-host
-bash scripts/build-plugins.sh
-lsgd="$CARGO_TARGET_DIR/release/lsgd-host"
+# LSGD_BIN: a binary built earlier (and its plugins, already built); else set up and build.
+if [[ -n "${LSGD_BIN:-}" ]]; then
+  lsgd="$LSGD_BIN"
+else
+  bash scripts/setup.sh
+  cargo build --locked --release -p lsgd-host
+  bash scripts/build-plugins.sh
+  lsgd="$CARGO_TARGET_DIR/release/lsgd-host"
+fi
 epochs="${1:-2}"
 shift || true
 seeds=("${@:-1 2}")

@@ -328,3 +328,30 @@ pub fn venv_python() -> PathBuf {
     );
     venv.join("bin/python")
 }
+
+/// Waits until `out` holds a checkpoint of step >= 2 (a job under test has started and a
+/// restart has something to resume) and returns its step; panics with the log at `stderr` when
+/// `child` ends first or none comes within 120 s.
+pub fn await_checkpoint(child: &mut std::process::Child, stderr: &Path, out: &Path) -> u64 {
+    let started = std::time::Instant::now();
+    let log = || std::fs::read_to_string(stderr).unwrap_or_default();
+    loop {
+        let step = std::fs::read(out.join("checkpoint.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["step"].as_u64());
+        if let Some(s) = step.filter(|s| *s >= 2) {
+            return s;
+        }
+        if let Some(s) = child.try_wait().unwrap() {
+            panic!("ended ({s}) before the first checkpoint\n{}", log());
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "no checkpoint in {} after 120 s\n{}",
+            out.display(),
+            log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

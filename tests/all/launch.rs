@@ -98,28 +98,7 @@ impl Launched {
     /// Waits until the run directory holds a checkpoint of step >= 2 (the job has started and
     /// a restart has something to resume); its step.
     fn await_checkpoint(&mut self, out: &Path) -> u64 {
-        loop {
-            let step = std::fs::read(out.join("checkpoint.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .and_then(|v| v["step"].as_u64());
-            if let Some(s) = step.filter(|s| *s >= 2) {
-                return s;
-            }
-            if let Some(s) = self.child.try_wait().unwrap() {
-                panic!(
-                    "launch ended ({s}) before the first checkpoint\n{}",
-                    self.read("stderr")
-                );
-            }
-            assert!(
-                self.started.elapsed() < Duration::from_secs(120),
-                "no checkpoint in {} after 120 s\n{}",
-                out.display(),
-                self.read("stderr")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        await_checkpoint(&mut self.child, &self.dir.join("stderr"), out)
     }
 
     /// SIGKILLs the process of MPI rank `rank` under this launcher: found in /proc by its

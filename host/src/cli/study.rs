@@ -11,7 +11,7 @@ use crate::train::data::DatasetKind;
 /// Arguments of `study`.
 #[derive(Args, Debug)]
 pub struct StudyArgs {
-    /// Which study: goyal, batch-control, compression or layerwise.
+    /// Which study: goyal, batch-control, compression, layerwise or network.
     #[arg(value_enum)]
     name: Name,
     /// The few-minute variant (smaller subsets, fewer jobs, one seed) that the tests run.
@@ -36,6 +36,10 @@ pub struct StudyArgs {
     /// The mpirun to start ranks with.
     #[arg(long, default_value = "mpirun", value_name = "PATH")]
     mpirun: PathBuf,
+    /// The emulated cluster's script, for the network study [default:
+    /// $LSGD_ROOT/scripts/netlab.sh, else ./scripts/netlab.sh].
+    #[arg(long, value_name = "PATH")]
+    netlab: Option<PathBuf>,
     /// The data set: fashion-mnist (the `cnn` the plans were tuned for), mnist, or cifar10 /
     /// cifar100 (He et al.'s ResNet-20 with CIFAR augmentation, LR 0.1 per 128 samples,
     /// momentum 0.9, weight decay 10⁻⁴).
@@ -65,6 +69,7 @@ pub fn run(args: StudyArgs) -> Result<()> {
         parallel: args.jobs.unwrap_or((cores / args.threads).max(1)),
         ranks: args.ranks,
         mpirun: args.mpirun,
+        netlab: args.netlab,
         recipe: Recipe::new(args.dataset)?,
         data: super::run::data_dir(args.dataset, args.data_dir.as_deref())?,
         command: std::iter::once("lsgd-host".to_string())

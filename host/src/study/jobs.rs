@@ -237,13 +237,22 @@ pub fn run_all(settings: &Settings, jobs: &[Job]) -> Result<Vec<Outcome>> {
         .collect())
 }
 
+/// Whether `job` ended before with the same flags (its outcome would be read back).
+pub fn finished(settings: &Settings, job: &Job) -> bool {
+    earlier(&settings.out.join("jobs").join(&job.id), job).is_some()
+}
+
+fn earlier(dir: &Path, job: &Job) -> Option<Marker> {
+    fs::read_to_string(dir.join(MARKER))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Marker>(&text).ok())
+        .filter(|m| m.args == job.args && m.ranks == job.ranks)
+}
+
 /// The job's outcome: read back when it ended before with the same flags, else trained.
 fn outcome(settings: &Settings, job: &Job, dir: &Path) -> Result<Outcome> {
     let marker = dir.join(MARKER);
-    let earlier = fs::read_to_string(&marker)
-        .ok()
-        .and_then(|text| serde_json::from_str::<Marker>(&text).ok())
-        .filter(|m| m.args == job.args && m.ranks == job.ranks);
+    let earlier = earlier(dir, job);
     let reused = earlier.is_some();
     let (status, wall_s) = match earlier {
         Some(m) => (m.status, m.wall_s),
@@ -284,7 +293,14 @@ fn train(settings: &Settings, job: &Job, dir: &Path) -> Result<(Status, f64)> {
         File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
     let exe = std::env::current_exe().context("cannot locate the lsgd-host binary")?;
     let mut cmd = if job.ranks > 1 {
-        let mut c = Command::new(&settings.mpirun);
+        let mut c = match &settings.netlab {
+            Some(lab) => {
+                let mut c = Command::new("bash");
+                c.arg(lab).args(["run", "--"]).arg(&settings.mpirun);
+                c
+            }
+            None => Command::new(&settings.mpirun),
+        };
         // Ranks × threads may exceed the cores; binding would pin ranks to too few of them.
         c.args(["--oversubscribe", "--bind-to", "none", "-np"])
             .arg(job.ranks.to_string())

@@ -9,13 +9,16 @@
 //!   smoothing (Mikami et al. 2018; Smith et al. 2018);
 //! - [`compression`]: every codec with and without error feedback on `mpirun` ranks: accuracy
 //!   against bytes on the wire (the GRACE paper's figure);
-//! - [`layerwise`]: SGD against LARS and LAMB at batches where the goyal study breaks down.
+//! - [`layerwise`]: SGD against LARS and LAMB at batches where the goyal study breaks down;
+//! - [`network`]: compression on the emulated cluster's links: step time against the α-β
+//!   model, and time to accuracy.
 
 pub mod batch_control;
 pub mod compression;
 pub mod goyal;
 pub mod jobs;
 pub mod layerwise;
+pub mod network;
 pub mod report;
 
 use std::fmt;
@@ -102,6 +105,9 @@ pub enum Name {
     Compression,
     /// SGD against LARS and LAMB past the batch where plain SGD breaks down.
     Layerwise,
+    /// Compression on the emulated cluster at 1 Gbit/s and 100 Mbit/s: step time, model,
+    /// time to accuracy (needs root: it brings `scripts/netlab.sh` up itself).
+    Network,
 }
 
 impl fmt::Display for Name {
@@ -111,6 +117,7 @@ impl fmt::Display for Name {
             Name::BatchControl => "batch-control",
             Name::Compression => "compression",
             Name::Layerwise => "layerwise",
+            Name::Network => "network",
         })
     }
 }
@@ -134,12 +141,22 @@ pub struct Settings {
     pub ranks: u32,
     /// The `mpirun` to start ranks with.
     pub mpirun: PathBuf,
+    /// `scripts/netlab.sh`, when ranked jobs run across the emulated cluster's hosts (the
+    /// network study sets it; its `run` starts the mpirun inside the lab).
+    pub netlab: Option<PathBuf>,
     /// What the jobs train on and with.
     pub recipe: Recipe,
     /// The data set's directory.
     pub data: PathBuf,
     /// The command line, quoted in the report.
     pub command: String,
+}
+
+impl Settings {
+    /// Whether the study's jobs run on several ranks, one job at a time.
+    pub fn ranks_jobs(&self) -> bool {
+        matches!(self.name, Name::Compression | Name::Network)
+    }
 }
 
 /// Runs the study: trains what is missing, then writes the report; returns its path.
@@ -152,6 +169,7 @@ pub fn run(settings: &Settings) -> Result<PathBuf> {
         Name::BatchControl => batch_control::run(settings)?,
         Name::Compression => compression::run(settings)?,
         Name::Layerwise => layerwise::run(settings)?,
+        Name::Network => network::run(settings)?,
     };
     let path = settings.out.join("report.md");
     std::fs::write(&path, report).with_context(|| format!("cannot write {}", path.display()))?;

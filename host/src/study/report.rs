@@ -25,12 +25,12 @@ pub fn header(settings: &Settings, title: &str, outcomes: &[&Outcome]) -> String
         cores,
         cpu_model(),
         settings.threads,
-        if settings.name == super::Name::Compression {
+        if settings.ranks_jobs() {
             " and rank"
         } else {
             ""
         },
-        if settings.name == super::Name::Compression {
+        if settings.ranks_jobs() {
             1
         } else {
             settings.parallel

@@ -1,0 +1,474 @@
+//! Compression on a network: the codecs that matter in practice, trained on two hosts of the
+//! emulated cluster (`scripts/netlab.sh`) at each link speed, with the step split into compute
+//! and communication, the communication set against the α-β model calibrated on the same link
+//! (`bench calibrate`), and the wall-clock time to a fixed test accuracy; the plot is accuracy
+//! against wall-clock time. The study brings the lab up at each speed itself, so it needs what
+//! the lab needs (root, network namespaces).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use super::report::{self, Table};
+use super::{Job, Outcome, Recipe, Settings, Subset, jobs, strings};
+use crate::plot::{self, Panel, Series};
+use crate::train::exchange::ErrorFeedback;
+
+/// One row: a codec (none: the fp32 all-reduce) and its error feedback.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Variant {
+    /// The report's label.
+    pub label: &'static str,
+    /// The codec plugin.
+    pub codec: Option<&'static str>,
+    /// `--error-feedback`.
+    pub feedback: ErrorFeedback,
+}
+
+/// The rows: what a practitioner would try on a slow network.
+pub const VARIANTS: [Variant; 5] = [
+    Variant {
+        label: "uncompressed (fp32 ring)",
+        codec: None,
+        feedback: ErrorFeedback::Off,
+    },
+    Variant {
+        label: "fp16",
+        codec: Some("codec-fp16"),
+        feedback: ErrorFeedback::Off,
+    },
+    Variant {
+        label: "top-k 1% + error feedback",
+        codec: Some("codec-top-k"),
+        feedback: ErrorFeedback::Residual,
+    },
+    Variant {
+        label: "PowerSGD rank 2 + error feedback",
+        codec: Some("codec-powersgd"),
+        feedback: ErrorFeedback::Residual,
+    },
+    Variant {
+        label: "DGC 99.9% + momentum correction",
+        codec: Some("codec-dgc"),
+        feedback: ErrorFeedback::Momentum,
+    },
+];
+
+/// The study's shape.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Link rates, as `tc` spells them.
+    pub links: Vec<&'static str>,
+    /// The rows.
+    pub variants: Vec<Variant>,
+    /// Data and epochs.
+    pub subset: Subset,
+    /// Global batch.
+    pub batch: u32,
+    /// The test accuracy (%) whose wall-clock time is compared.
+    pub target: f64,
+}
+
+impl Plan {
+    /// The full study or its quick variant (1 Gbit/s only, three rows, a few steps).
+    pub fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                links: vec!["1gbit"],
+                variants: VARIANTS[..3].to_vec(),
+                subset: Subset {
+                    train: 1024,
+                    test: 500,
+                    epochs: 2,
+                },
+                batch: 256,
+                target: 50.0,
+            }
+        } else {
+            Plan {
+                links: vec!["1gbit", "100mbit"],
+                variants: VARIANTS.to_vec(),
+                subset: Subset {
+                    train: 6000,
+                    test: 2000,
+                    epochs: 4,
+                },
+                batch: 256,
+                target: 75.0,
+            }
+        }
+    }
+
+    /// The job of one row, one link, one seed.
+    pub fn job(&self, link: &str, v: &Variant, seed: u64, ranks: u32) -> Job {
+        let mut args = Recipe::default().model_args();
+        args.extend(strings(&["--schedule", "warmup", "--allreduce", "ring"]));
+        args.extend(self.subset.args());
+        args.extend([
+            "--global-batch".into(),
+            self.batch.to_string(),
+            "--base-lr".into(),
+            "0.1".into(),
+            "--seed".into(),
+            seed.to_string(),
+            "--set".into(),
+            "schedule.warmup_epochs=0.5".into(),
+            "--set".into(),
+            "schedule.milestones=".into(),
+        ]);
+        let name = match v.codec {
+            Some(c) => {
+                args.extend(["--codec".into(), c.into()]);
+                if c == "codec-dgc" {
+                    // Stages of 5 steps: the ramp to 99.9% ends within the first epoch.
+                    args.extend(["--set".into(), "codec.warmup_steps=5".into()]);
+                }
+                let mode = match v.feedback {
+                    ErrorFeedback::Off => None,
+                    ErrorFeedback::Residual => Some("residual"),
+                    ErrorFeedback::Mean => Some("mean"),
+                    ErrorFeedback::Momentum => Some("momentum"),
+                };
+                if let Some(mode) = mode {
+                    args.extend(["--error-feedback".into(), mode.into()]);
+                }
+                c.trim_start_matches("codec-").to_string()
+            }
+            None => "uncompressed".into(),
+        };
+        Job::new(format!("{link}-{name}-np{ranks}-s{seed}"), args).on_ranks(ranks)
+    }
+
+    /// The jobs of one link.
+    pub fn jobs(&self, link: &str, seeds: &[u64], ranks: u32) -> Vec<Job> {
+        self.variants
+            .iter()
+            .flat_map(|v| seeds.iter().map(move |&s| self.job(link, v, s, ranks)))
+            .collect()
+    }
+}
+
+/// The α-β parameters `bench calibrate` fitted on a link.
+#[derive(Debug, Clone, Copy)]
+struct Calibration {
+    alpha: f64,
+    beta: f64,
+}
+
+/// The lab at one link speed: up while it lives.
+struct Lab<'a> {
+    script: &'a Path,
+}
+
+impl<'a> Lab<'a> {
+    fn up(script: &'a Path, hosts: u32, rate: &str) -> Result<Lab<'a>> {
+        let status = Command::new("bash")
+            .arg(script)
+            .args(["up", &hosts.to_string(), "--rate", rate])
+            .status()
+            .with_context(|| format!("cannot run {}", script.display()))?;
+        if status.code() == Some(3) {
+            bail!(
+                "the network study needs the emulated cluster, which cannot run here (see `{} check`)",
+                script.display()
+            );
+        }
+        anyhow::ensure!(
+            status.success(),
+            "{} up failed ({status})",
+            script.display()
+        );
+        Ok(Lab { script })
+    }
+
+    /// `bench calibrate` across the lab's first two hosts, into `file` (kept: a re-run reads it).
+    fn calibrate(&self, file: &Path) -> Result<()> {
+        let exe = std::env::current_exe().context("cannot locate the lsgd-host binary")?;
+        let out = Command::new("bash")
+            .arg(self.script)
+            .args(["run", "-np", "2", "--"])
+            .arg(exe)
+            .args(["bench", "calibrate", "--out"])
+            .arg(file)
+            .output()
+            .with_context(|| format!("cannot run {}", self.script.display()))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "bench calibrate on the lab failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+}
+
+impl Drop for Lab<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").arg(self.script).arg("down").status();
+    }
+}
+
+fn read_calibration(file: &Path) -> Option<Calibration> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
+    Some(Calibration {
+        alpha: v["alpha"].as_f64()?,
+        beta: v["beta"].as_f64()?,
+    })
+}
+
+/// A job's figures, rank 0's means over its steps.
+struct Timing {
+    step_ms: f64,
+    compute_ms: f64,
+    communication_ms: f64,
+    sent: f64,
+    samples_per_s: f64,
+}
+
+impl Timing {
+    fn of(o: &Outcome) -> Timing {
+        let step_s = o.mean_over_steps(|s| f64::from(s.global_batch) / s.samples_per_s);
+        Timing {
+            step_ms: 1e3 * step_s,
+            compute_ms: 1e3 * o.mean_over_steps(|s| s.compute_s),
+            communication_ms: 1e3 * o.mean_over_steps(|s| s.communication_s),
+            sent: o.mean_over_steps(|s| s.bytes_sent as f64),
+            samples_per_s: o.mean_over_steps(|s| f64::from(s.global_batch)) / step_s,
+        }
+    }
+
+    /// The model's communication time: α per message, β per byte this rank sent (a ring step
+    /// sends and receives at once over a full-duplex link, so the bytes sent are the bytes on
+    /// its wire). Messages: 2(p−1) per collective, two collectives a step (the loss's and the
+    /// gradient bucket's), three for PowerSGD (P and Q).
+    fn predicted_ms(&self, v: &Variant, c: Calibration, ranks: u32) -> f64 {
+        let collectives = if v.codec == Some("codec-powersgd") {
+            3.0
+        } else {
+            2.0
+        };
+        let messages = 2.0 * f64::from(ranks - 1) * collectives;
+        1e3 * (c.alpha * messages + c.beta * self.sent)
+    }
+}
+
+/// Seconds from the start of the run to the first evaluation at `target` % or above.
+fn time_to(o: &Outcome, target: f64) -> Option<f64> {
+    o.evals()
+        .find(|e| 100.0 * e.test_acc >= target)
+        .map(|e| e.elapsed_s)
+}
+
+/// Runs the study and returns its report.
+pub fn run(settings: &Settings) -> Result<String> {
+    let plan = Plan::new(settings.quick);
+    let ranks = settings.ranks;
+    anyhow::ensure!(
+        ranks >= 2,
+        "the network study needs at least 2 ranks (--np), got {ranks}"
+    );
+    let script = settings.netlab.clone().unwrap_or_else(default_netlab);
+    let mut outcomes = Vec::new();
+    let mut calibrations = Vec::new();
+    for &link in &plan.links {
+        let jobs = plan.jobs(link, &settings.seeds, ranks);
+        let calibration = settings.out.join(format!("calibration-{link}.json"));
+        let pending = !calibration.exists() || jobs.iter().any(|j| !jobs::finished(settings, j));
+        let lab = if pending {
+            Some(Lab::up(&script, ranks, link)?)
+        } else {
+            None
+        };
+        if let Some(lab) = &lab
+            && !calibration.exists()
+        {
+            lab.calibrate(&calibration)?;
+        }
+        calibrations.push(read_calibration(&calibration));
+        let on_lab = Settings {
+            netlab: Some(script.clone()),
+            ..settings.clone()
+        };
+        outcomes.push(jobs::run_all(&on_lab, &jobs)?);
+        drop(lab);
+    }
+    let all: Vec<&Outcome> = outcomes.iter().flatten().collect();
+    let mut md = report::header(
+        settings,
+        "Gradient compression on a network: step time and time to accuracy",
+        &all,
+    );
+    md += &setup_text(&plan, ranks);
+    let mut panels = Vec::new();
+    for ((&link, outs), cal) in plan.links.iter().zip(&outcomes).zip(&calibrations) {
+        let find =
+            |v: &Variant| jobs::of_seeds(outs, &settings.seeds, |s| plan.job(link, v, s, ranks).id);
+        md += &link_section(&plan, link, *cal, ranks, &find);
+        panels.push(
+            Panel::new(
+                format!("test accuracy (%) at {link}"),
+                plan.variants
+                    .iter()
+                    .filter_map(|v| {
+                        let o = find(v).into_iter().next()?;
+                        Some(Series {
+                            label: v.label.into(),
+                            points: o
+                                .evals()
+                                .map(|e| (e.elapsed_s, 100.0 * e.test_acc))
+                                .collect(),
+                        })
+                    })
+                    .collect(),
+            )
+            .with_markers(),
+        );
+    }
+    plot::draw(
+        &panels,
+        &format!(
+            "Accuracy against wall-clock time, {ranks} hosts (seed {})",
+            settings.seeds[0]
+        ),
+        "seconds since the start of the run",
+        &settings.out.join("accuracy-vs-time.png"),
+    )?;
+    md += "![accuracy against wall-clock time](accuracy-vs-time.png)\n\n";
+    md += &findings(&plan, &outcomes, settings, ranks);
+    Ok(md)
+}
+
+/// The lab script beside this checkout: `$LSGD_ROOT/scripts/netlab.sh`, else relative to the
+/// working directory.
+fn default_netlab() -> PathBuf {
+    std::env::var_os("LSGD_ROOT")
+        .map_or_else(|| PathBuf::from("."), PathBuf::from)
+        .join("scripts/netlab.sh")
+}
+
+fn setup_text(plan: &Plan, ranks: u32) -> String {
+    let s = &plan.subset;
+    format!(
+        "## Set-up\n\n{ranks} hosts of the emulated cluster (`scripts/netlab.sh up {ranks} \
+         --rate R`: network namespaces, a veth link per host into a bridge, `tc tbf` at R both \
+         ways), one rank per host, 1 libtorch thread each, so the ranks talk TCP over the \
+         emulated links; both share this machine's cores. The `cnn` on the first {} \
+         Fashion-MNIST training images for {} epochs at global batch {} (LR 0.1 per 256, \
+         warmup over half an epoch, no decay), evaluated on {} test images after every epoch; \
+         the fp32 rows use the ring all-reduce. Step time is rank 0's mean; compute is its \
+         forward and backward passes and the codec's work, communication the time inside MPI \
+         calls (waiting for the other rank included). The model's communication is α per \
+         message plus β per byte rank 0 sent, with α and β fitted by `lsgd-host bench \
+         calibrate` across the same two hosts at the same rate (2(p−1) messages per \
+         collective, two collectives a step, three for PowerSGD). Time to {}% is the \
+         wall-clock time from the start of the run to the first evaluation at or above it \
+         (evaluations are per epoch, so it is rounded up to an epoch's end).\n\n",
+        s.train, s.epochs, plan.batch, s.test, plan.target
+    )
+}
+
+fn link_section<'a>(
+    plan: &Plan,
+    link: &str,
+    cal: Option<Calibration>,
+    ranks: u32,
+    find: &dyn Fn(&Variant) -> Vec<&'a Outcome>,
+) -> String {
+    let mut md = format!("## {link}\n\n");
+    match cal {
+        Some(c) => {
+            let _ = writeln!(
+                md,
+                "Calibrated: α = {:.1} µs, β = {:.3} ns/B ({:.0} Mbit/s).\n",
+                c.alpha * 1e6,
+                c.beta * 1e9,
+                8.0 / c.beta / 1e6
+            );
+        }
+        None => md += "No calibration could be read; the model's column is empty.\n\n",
+    }
+    let mut t = Table::new(&[
+        "codec",
+        "test accuracy (%)",
+        "samples/s",
+        "step ms",
+        "compute ms",
+        "communication ms",
+        "model ms",
+        "measured / model",
+        "bytes sent / step",
+        &format!("time to {}% (s)", plan.target),
+    ]);
+    for v in &plan.variants {
+        let runs = find(v);
+        let Some(first) = runs.first() else { continue };
+        let w = Timing::of(first);
+        let predicted = cal.map(|c| w.predicted_ms(v, c, ranks));
+        t.row(vec![
+            v.label.into(),
+            report::over_seeds(&runs, Outcome::accuracy),
+            format!("{:.0}", w.samples_per_s),
+            format!("{:.1}", w.step_ms),
+            format!("{:.1}", w.compute_ms),
+            format!("{:.1}", w.communication_ms),
+            predicted.map_or("-".into(), |p| format!("{p:.1}")),
+            predicted.map_or("-".into(), |p| format!("{:.2}", w.communication_ms / p)),
+            format!("{:.0}", w.sent),
+            time_to(first, plan.target).map_or("not reached".into(), |t| format!("{t:.1}")),
+        ]);
+    }
+    md += &t.markdown();
+    md
+}
+
+/// Where compression paid, link by link, in time to accuracy and in step time.
+fn findings(plan: &Plan, outcomes: &[Vec<Outcome>], settings: &Settings, ranks: u32) -> String {
+    let mut md = String::from("## Findings (computed from the tables)\n\n");
+    for (&link, outs) in plan.links.iter().zip(outcomes) {
+        let first = |v: &Variant| {
+            jobs::of_seeds(outs, &settings.seeds, |s| plan.job(link, v, s, ranks).id)
+                .into_iter()
+                .next()
+        };
+        let Some(base) = first(&plan.variants[0]) else {
+            continue;
+        };
+        let base_t = Timing::of(base);
+        let base_reach = time_to(base, plan.target);
+        let _ = writeln!(
+            md,
+            "- At {link} the uncompressed step spends {:.0}% of its time communicating \
+             ({:.1} of {:.1} ms).",
+            100.0 * base_t.communication_ms / base_t.step_ms,
+            base_t.communication_ms,
+            base_t.step_ms
+        );
+        for v in &plan.variants[1..] {
+            let Some(o) = first(v) else { continue };
+            let t = Timing::of(o);
+            let speed = base_t.step_ms / t.step_ms;
+            let reach = match (time_to(o, plan.target), base_reach) {
+                (Some(a), Some(b)) => format!(
+                    "reaches {}% in {a:.1} s against {b:.1} s ({})",
+                    plan.target,
+                    if a < b { "pays" } else { "does not pay" }
+                ),
+                (None, Some(_)) => format!("never reaches {}%: does not pay", plan.target),
+                (Some(a), None) => format!(
+                    "reaches {}% in {a:.1} s, which the uncompressed run never does",
+                    plan.target
+                ),
+                (None, None) => format!("neither reaches {}%", plan.target),
+            };
+            let _ = writeln!(
+                md,
+                "  - {}: step {:.2}× the uncompressed speed (communication {:.1} ms, compute \
+                 {:.1} ms); {reach}.",
+                v.label, speed, t.communication_ms, t.compute_ms
+            );
+        }
+    }
+    md.push('\n');
+    md
+}
