@@ -253,11 +253,30 @@ impl Timing {
     }
 }
 
-/// Seconds from the start of the run to the first evaluation at `target` % or above.
-fn time_to(o: &Outcome, target: f64) -> Option<f64> {
+/// The first evaluation at `target` % or above: its epoch and the seconds from the start of
+/// the run.
+fn reached(o: &Outcome, target: f64) -> Option<(u32, f64)> {
     o.evals()
         .find(|e| 100.0 * e.test_acc >= target)
-        .map(|e| e.elapsed_s)
+        .map(|e| (e.epoch, e.elapsed_s))
+}
+
+/// Mean seconds to `target` % over the seeds, `None` unless every seed reached it.
+fn time_to(runs: &[&Outcome], target: f64) -> Option<f64> {
+    let times: Option<Vec<f64>> = runs
+        .iter()
+        .map(|o| reached(o, target).map(|r| r.1))
+        .collect();
+    times.filter(|t| !t.is_empty()).map(|t| report::mean(&t))
+}
+
+/// Mean epochs to `target` % over the seeds, `None` unless every seed reached it.
+fn epochs_to(runs: &[&Outcome], target: f64) -> Option<f64> {
+    let epochs: Option<Vec<f64>> = runs
+        .iter()
+        .map(|o| reached(o, target).map(|r| f64::from(r.0)))
+        .collect();
+    epochs.filter(|e| !e.is_empty()).map(|e| report::mean(&e))
 }
 
 /// Runs the study and returns its report.
@@ -363,7 +382,9 @@ fn setup_text(plan: &Plan, ranks: u32) -> String {
          calibrate` across the same two hosts at the same rate (2(p−1) messages per \
          collective, two collectives a step, three for PowerSGD). Time to {}% is the \
          wall-clock time from the start of the run to the first evaluation at or above it \
-         (evaluations are per epoch, so it is rounded up to an epoch's end).\n\n",
+         (evaluations are per epoch, so it is rounded up to an epoch's end), the mean over \
+         the seeds; the epoch of that evaluation says how much of a difference is accuracy \
+         rather than speed.\n\n",
         s.train, s.epochs, plan.batch, s.test, plan.target
     )
 }
@@ -415,7 +436,10 @@ fn link_section<'a>(
             predicted.map_or("-".into(), |p| format!("{p:.1}")),
             predicted.map_or("-".into(), |p| format!("{:.2}", w.communication_ms / p)),
             format!("{:.0}", w.sent),
-            time_to(first, plan.target).map_or("not reached".into(), |t| format!("{t:.1}")),
+            match (time_to(&runs, plan.target), epochs_to(&runs, plan.target)) {
+                (Some(t), Some(e)) => format!("{t:.1} (epoch {e:.1})"),
+                _ => "not reached".into(),
+            },
         ]);
     }
     md += &t.markdown();
@@ -425,17 +449,16 @@ fn link_section<'a>(
 /// Where compression paid, link by link, in time to accuracy and in step time.
 fn findings(plan: &Plan, outcomes: &[Vec<Outcome>], settings: &Settings, ranks: u32) -> String {
     let mut md = String::from("## Findings (computed from the tables)\n\n");
+    let target = plan.target;
     for (&link, outs) in plan.links.iter().zip(outcomes) {
-        let first = |v: &Variant| {
-            jobs::of_seeds(outs, &settings.seeds, |s| plan.job(link, v, s, ranks).id)
-                .into_iter()
-                .next()
-        };
-        let Some(base) = first(&plan.variants[0]) else {
+        let runs =
+            |v: &Variant| jobs::of_seeds(outs, &settings.seeds, |s| plan.job(link, v, s, ranks).id);
+        let base_runs = runs(&plan.variants[0]);
+        let Some(base) = base_runs.first() else {
             continue;
         };
         let base_t = Timing::of(base);
-        let base_reach = time_to(base, plan.target);
+        let (base_time, base_epochs) = (time_to(&base_runs, target), epochs_to(&base_runs, target));
         let _ = writeln!(
             md,
             "- At {link} the uncompressed step spends {:.0}% of its time communicating \
@@ -445,27 +468,54 @@ fn findings(plan: &Plan, outcomes: &[Vec<Outcome>], settings: &Settings, ranks: 
             base_t.step_ms
         );
         for v in &plan.variants[1..] {
-            let Some(o) = first(v) else { continue };
+            let vr = runs(v);
+            let Some(o) = vr.first() else { continue };
             let t = Timing::of(o);
             let speed = base_t.step_ms / t.step_ms;
-            let reach = match (time_to(o, plan.target), base_reach) {
-                (Some(a), Some(b)) => format!(
-                    "reaches {}% in {a:.1} s against {b:.1} s ({})",
-                    plan.target,
-                    if a < b { "pays" } else { "does not pay" }
-                ),
-                (None, Some(_)) => format!("never reaches {}%: does not pay", plan.target),
+            let step = if speed >= 1.05 {
+                format!("its step is {speed:.2}× as fast")
+            } else if speed > 0.95 {
+                format!("its step is as fast ({speed:.2}×)")
+            } else {
+                format!("its step is slower ({speed:.2}×)")
+            };
+            let reach = match (time_to(&vr, target), base_time) {
+                (Some(a), Some(b)) => {
+                    let (ea, eb) = (
+                        epochs_to(&vr, target).unwrap_or(0.0),
+                        base_epochs.unwrap_or(0.0),
+                    );
+                    let why = if (ea - eb).abs() < 0.25 {
+                        "in the same epoch, so the difference is the step time".to_string()
+                    } else if ea < eb {
+                        format!(
+                            "in epoch {ea:.1} against {eb:.1}: its accuracy, not its speed, \
+                             decides most of the difference"
+                        )
+                    } else {
+                        format!("in epoch {ea:.1} against {eb:.1}: it needs more epochs")
+                    };
+                    let verdict = if a < 0.95 * b {
+                        "pays"
+                    } else if a > 1.05 * b {
+                        "does not pay"
+                    } else {
+                        "makes no difference"
+                    };
+                    format!("{target}% after {a:.1} s against {b:.1} s, {why}: it {verdict}")
+                }
+                (None, Some(_)) => {
+                    format!("it never reaches {target}% in every seed: it does not pay")
+                }
                 (Some(a), None) => format!(
-                    "reaches {}% in {a:.1} s, which the uncompressed run never does",
-                    plan.target
+                    "{target}% after {a:.1} s, which the uncompressed run does not reach in every seed"
                 ),
-                (None, None) => format!("neither reaches {}%", plan.target),
+                (None, None) => format!("neither reaches {target}% in every seed"),
             };
             let _ = writeln!(
                 md,
-                "  - {}: step {:.2}× the uncompressed speed (communication {:.1} ms, compute \
-                 {:.1} ms); {reach}.",
-                v.label, speed, t.communication_ms, t.compute_ms
+                "  - {}: {step} (communication {:.1} ms, compute {:.1} ms); {reach}.",
+                v.label, t.communication_ms, t.compute_ms
             );
         }
     }
