@@ -44,6 +44,12 @@ for ex in examples/*.sh; do
   LSGD_BIN="$CARGO_TARGET_DIR/debug/lsgd-host" bash "$ex" >/dev/null
 done
 
+step "netlab: the emulated cluster's tests (tests/all/netlab.rs)"
+# Two hosts at 1 Gbit/s: training across them with bit-identical ranks, a cut link, a dead
+# host under launch, a slow link. They need root and network namespaces, and pass after
+# saying why where the lab cannot run.
+bash scripts/netlab.sh check >&2 || echo "the netlab tests will skip" >&2
+
 step "tests"
 # Doc examples are guest code (`ignore` blocks), so only library, binary and integration tests run.
 # --no-fail-fast: a failing test binary must not hide the binaries after it; the closing line

@@ -127,6 +127,7 @@ pub fn all_reduce<E: Format>(
     let outgoing = &mut scratch[..mine.len()];
     outgoing.copy_from_slice(&buf[mine]);
     let outgoing = &*outgoing;
+    crate::watchdog::progress(comm, to);
     mpi::request::scope(|scope| {
         let request = comm
             .process_at_rank(to as i32)

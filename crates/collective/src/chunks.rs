@@ -152,6 +152,7 @@ pub fn exchange<T: Equivalence>(
     from: usize,
     recv: &mut [T],
 ) -> u64 {
+    crate::watchdog::progress(comm, from);
     p2p::send_receive_into(
         send,
         &comm.process_at_rank(to as i32),

@@ -16,7 +16,15 @@ use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 
 use super::chunks::{Format, chunk};
-use super::{Error, Result, ring};
+use super::{Error, Result, ring, watchdog};
+
+/// The world rank of each rank of `comm`, whose rank in the world is `world_rank` (a
+/// collective over `comm`, once per sub-communicator: the watchdog names world ranks).
+pub(crate) fn world_ranks(comm: &SimpleCommunicator, world_rank: i32) -> Vec<usize> {
+    let mut all = vec![0i32; comm.size() as usize];
+    comm.all_gather_into(&world_rank, &mut all[..]);
+    all.into_iter().map(|r| r as usize).collect()
+}
 
 /// The node and leader sub-communicators.
 pub struct Nodes {
@@ -50,6 +58,10 @@ impl Nodes {
             },
             r,
         );
+        watchdog::register(&node, world_ranks(&node, r));
+        if let Some(l) = &leaders {
+            watchdog::register(l, world_ranks(l, r));
+        }
         Ok(Nodes {
             ranks_per_node,
             node,
@@ -82,12 +94,14 @@ impl Nodes {
             if lr == 0 {
                 for from in 1..k {
                     let piece = chunk(n, k, ring::owned_chunk(from, k));
+                    watchdog::progress(&self.node, from);
                     self.node
                         .process_at_rank(from as i32)
                         .receive_into(&mut buf[piece]);
                 }
             } else {
                 let piece = chunk(n, k, ring::owned_chunk(lr, k));
+                watchdog::progress(&self.node, 0);
                 self.node.process_at_rank(0).send(&buf[piece.clone()]);
                 sent += size_of_val(&buf[piece]) as u64;
             }
@@ -96,6 +110,7 @@ impl Nodes {
             sent += ring::all_reduce::<E>(leaders, buf, scratch);
         }
         if k > 1 {
+            watchdog::progress(&self.node, 0);
             self.node.process_at_rank(0).broadcast_into(buf);
             if lr == 0 {
                 sent += bytes;

@@ -23,7 +23,9 @@
 //!   two-way exchange, the addition) and the ranks' host names;
 //! - [`chunks`]: chunking, the pairwise exchange, and how each element format is stored and
 //!   added ([`chunks::Format`]);
-//! - [`selftest`]: every algorithm against MPI_Allreduce and the exact sum, for the mpirun tests.
+//! - [`selftest`]: every algorithm against MPI_Allreduce and the exact sum, for the mpirun tests;
+//! - [`watchdog`]: ends a rank stuck in one collective past `--collective-timeout`, naming the
+//!   rank and host it waits on, instead of hanging the job.
 //!
 //! Errors are one [`Error`] enum; the `lsgd-host` binary turns them into `anyhow` errors.
 
@@ -39,6 +41,7 @@ mod p2p;
 pub mod ring;
 pub mod selftest;
 pub mod torus;
+pub mod watchdog;
 mod world;
 
 use std::fmt;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use mpi::datatype::Equivalence;
 use mpi::traits::{Communicator, Destination, Source};
 
+use crate::watchdog::{self, Op};
 use crate::world::Mpi;
 use crate::{Error, Result, Traffic, World};
 
@@ -33,6 +34,7 @@ impl World {
     pub fn send<T: Equivalence>(&self, to: usize, tag: i32, data: &[T]) -> Result<Traffic> {
         let m = self.peer(to)?;
         let t = Instant::now();
+        let _busy = watchdog::enter(Op::SEND, Some(to));
         m.comm.process_at_rank(to as i32).send_with_tag(data, tag);
         Ok(Traffic {
             bytes_sent: std::mem::size_of_val(data) as u64,
@@ -43,6 +45,7 @@ impl World {
     /// Receives the next message tagged `tag` from rank `from`.
     pub fn receive<T: Equivalence>(&self, from: usize, tag: i32) -> Result<Vec<T>> {
         let m = self.peer(from)?;
+        let _busy = watchdog::enter(Op::RECEIVE, Some(from));
         let (data, _) = m
             .comm
             .process_at_rank(from as i32)
@@ -58,6 +61,7 @@ impl World {
             .iter()
             .map(|&r| Ok((r, self.peer(r)?)))
             .collect::<Result<Vec<_>>>()?;
+        let _busy = watchdog::enter(Op::WAIT, (from.len() == 1).then(|| from[0]));
         loop {
             for (r, m) in &peers {
                 let process = m.comm.process_at_rank(*r as i32);

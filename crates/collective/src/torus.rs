@@ -13,7 +13,8 @@ use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 
 use super::chunks::{Format, chunk};
-use super::{Error, Result, ring};
+use super::hierarchical::world_ranks;
+use super::{Error, Result, ring, watchdog};
 
 /// The default grid for `p` ranks: X·Y = p, Y the largest divisor of p not above √p.
 pub fn default_shape(p: usize) -> (usize, usize) {
@@ -53,6 +54,9 @@ impl Grid {
         };
         let row = split(r / x, r % x)?;
         let column = split(r % x, r / x)?;
+        for c in [&row, &column] {
+            watchdog::register(c, world_ranks(c, r));
+        }
         Ok(Grid { shape, row, column })
     }
 

@@ -1,6 +1,6 @@
 //! The set of ranks a job runs on: MPI's world under `mpirun`, else one process without MPI.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lsgd_codec::{Element, wire};
 use mpi::collective::SystemOperation;
@@ -12,6 +12,7 @@ use mpi::traits::*;
 use super::chunks::{Bf16, F16, F32, Format, Scratch};
 use super::hierarchical::Nodes;
 use super::torus::{self, Grid};
+use super::watchdog::{self, Op};
 use super::{Algorithm, Error, Result, Traffic, baseline, binary_blocks, halving_doubling, ring};
 
 /// Environment variables that mpirun (Open MPI, MPICH/PMI, PMIx) sets in every rank.
@@ -50,6 +51,14 @@ pub(crate) struct Mpi {
     _universe: Universe,
 }
 
+impl Mpi {
+    /// The one other rank of a two-rank world: whom any collective waits on. With more ranks,
+    /// MPI's own collectives do not say.
+    fn sole_peer(&self) -> Option<usize> {
+        (self.size == 2).then(|| 1 - self.rank)
+    }
+}
+
 impl World {
     /// MPI when launched by mpirun (detected from its environment), otherwise a single-process
     /// world that never touches MPI (so plain `lsgd-host run` needs no MPI daemon).
@@ -60,7 +69,7 @@ impl World {
         let universe = mpi::initialize().ok_or(Error::MpiInitialized)?;
         let comm = universe.world();
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-        Ok(World {
+        let world = World {
             mpi: Some(Box::new(Mpi {
                 grid: None,
                 nodes: None,
@@ -72,7 +81,19 @@ impl World {
             })),
             torus_shape: None,
             ranks_per_node: None,
-        })
+        };
+        // Gathered now, while every rank is reachable: a timeout report names hosts.
+        watchdog::set_ranks(rank, world.hostnames()?);
+        Ok(world)
+    }
+
+    /// Ends this rank, with a report naming the rank and host it waits on, when one blocking
+    /// call makes no progress for `timeout` (zero: never). Only MPI worlds have a watchdog;
+    /// every rank should set the same timeout.
+    pub fn set_collective_timeout(&self, timeout: Duration) {
+        if self.is_mpi() {
+            watchdog::start(timeout);
+        }
     }
 
     /// An explicit single-process world (no MPI).
@@ -210,6 +231,7 @@ impl World {
                 seconds: start.elapsed().as_secs_f64(),
             });
         }
+        let _busy = watchdog::enter(Op::all_reduce(algo), m.sole_peer());
         let scratch = E::scratch(&mut m.scratch);
         let bytes_sent = match algo {
             Algorithm::Mpi => baseline::all_reduce::<E>(&m.comm, buf, scratch),
@@ -254,6 +276,7 @@ impl World {
             return Ok(vec![value]);
         };
         let mut all = vec![0u64; m.size];
+        let _busy = watchdog::enter(Op::ALL_GATHER, m.sole_peer());
         m.comm.all_gather_into(&value, &mut all[..]);
         Ok(all)
     }
@@ -271,6 +294,7 @@ impl World {
             return Ok((vec![mine.to_vec()], traffic));
         };
         let mut lengths = vec![0u64; m.size];
+        let _busy = watchdog::enter(Op::ALL_GATHER, m.sole_peer());
         m.comm
             .all_gather_into(&(mine.len() as u64), &mut lengths[..]);
         // MPI counts and displacements are C ints: refuse, on every rank alike, what overflows.
@@ -316,6 +340,7 @@ impl World {
             return Ok(());
         };
         let local = values.to_vec();
+        let _busy = watchdog::enter(Op::MAX, m.sole_peer());
         m.comm
             .all_reduce_into(&local[..], values, SystemOperation::max());
         Ok(())
@@ -327,6 +352,7 @@ impl World {
             return Ok(());
         };
         let root = m.comm.process_at_rank(0);
+        let _busy = watchdog::enter(Op::BROADCAST, (m.rank != 0).then_some(0).or(m.sole_peer()));
         let mut len = bytes.len() as u64;
         root.broadcast_into(&mut len);
         let n = usize::try_from(len).map_err(|_| Error::BroadcastTooLong { len })?;
@@ -338,6 +364,7 @@ impl World {
     /// Waits until every rank reaches this point.
     pub fn barrier(&self) {
         if let Some(m) = self.mpi.as_deref() {
+            let _busy = watchdog::enter(Op::BARRIER, m.sole_peer());
             m.comm.barrier();
         }
     }

@@ -687,7 +687,7 @@ impl<'w> Trainer<'w> {
         let out = &self.config.invocation.out;
         if !self.world.is_root() {
             let saved = out.join(checkpoint::JSON_NAME);
-            self.last_checkpoint = Some((saved.clone(), self.clock.step()));
+            self.note_checkpoint(saved.clone(), self.clock.step());
             return Ok(saved);
         }
         let mut tensors: Vec<(String, Tensor)> = self
@@ -724,8 +724,19 @@ impl<'w> Trainer<'w> {
             loss_scaler: self.scaler.as_ref().map(LossScaler::state),
         };
         let saved = checkpoint::save(out, meta, &tensors)?;
-        self.last_checkpoint = Some((saved.clone(), state.step));
+        self.note_checkpoint(saved.clone(), state.step);
         Ok(saved)
+    }
+
+    /// Records the newest checkpoint: a divergence names it, and so does the collective
+    /// watchdog's report (with the directory to resume from).
+    fn note_checkpoint(&mut self, json: PathBuf, step: u64) {
+        let dir = json
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        lsgd_collective::watchdog::note_checkpoint(step, dir);
+        self.last_checkpoint = Some((json, step));
     }
 
     /// After a plugin fault: flushes the metrics, saves the state before the current step and

@@ -1,6 +1,7 @@
 //! `lsgd-host run`: train a model, the policies given as plugins.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -239,6 +240,11 @@ pub struct RunArgs {
     /// Milliseconds --slow-rank sleeps before each gradient it computes.
     #[arg(long, value_name = "MS", requires = "slow_rank")]
     slow_ms: Option<u64>,
+    /// Seconds a rank may wait in one collective without progress (a lost link or host, a
+    /// frozen peer) before it ends with an error naming the rank and host it waits on and the
+    /// newest checkpoint (exit status 75), instead of hanging; `0` or `off`: wait forever.
+    #[arg(long, default_value = "60", value_name = "S", value_parser = parse_timeout)]
+    pub(crate) collective_timeout: Duration,
     /// Rows × columns of the torus2d all-reduce, e.g. 4x8 (default: near-square).
     #[arg(long, value_name = "XxY", value_parser = parse_shape)]
     torus_shape: Option<(usize, usize)>,
@@ -376,6 +382,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let config = args.train_config()?;
     let mut world = World::init()?;
     world.set_torus_shape(args.torus_shape)?;
+    world.set_collective_timeout(args.collective_timeout);
     let runtime = args.limits.runtime()?;
     let mut policies = args.policies.load(&runtime, args.limits.bounds())?;
     policies.set_on_fault(args.on_fault()?);
@@ -492,6 +499,18 @@ pub fn config_args(path: &std::path::Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// Parses `--collective-timeout`: seconds (`10`, `2.5`), or `0`/`off` for none.
+pub(crate) fn parse_timeout(s: &str) -> Result<Duration, String> {
+    if s.trim() == "off" {
+        return Ok(Duration::ZERO);
+    }
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(|v| Duration::try_from_secs_f64(v).ok())
+        .ok_or_else(|| format!("`{s}`: expected seconds (e.g. 60 or 2.5), or 0 or off"))
+}
+
 /// Parses `XxY` (e.g. `4x8`).
 fn parse_shape(s: &str) -> Result<(usize, usize), String> {
     let (x, y) = s
@@ -505,4 +524,20 @@ fn parse_shape(s: &str) -> Result<(usize, usize), String> {
             .ok_or_else(|| format!("`{s}`: `{v}` is not a positive integer"))
     };
     Ok((n(x)?, n(y)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collective_timeouts_are_seconds_or_off() {
+        assert_eq!(parse_timeout("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_timeout("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_timeout("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_timeout("off"), Ok(Duration::ZERO));
+        for bad in ["-1", "ten", "", "inf", "NaN"] {
+            assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
+    }
 }

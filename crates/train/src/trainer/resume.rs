@@ -98,7 +98,7 @@ impl Trainer<'_> {
                 eprintln!("{}", describe(c));
             }
         }
-        self.last_checkpoint = Some((json.clone(), meta.step));
+        self.note_checkpoint(json.clone(), meta.step);
         Ok(Resumed {
             metrics: metrics::Resumed {
                 step: meta.step,

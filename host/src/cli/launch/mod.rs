@@ -9,6 +9,15 @@
 //! discovery, so it stops at once, saying how to resume. A failure without a lost rank (a
 //! plugin fault, a bad flag, missing data) is the run's own and would happen again: it is
 //! never restarted, and `launch` exits with mpirun's status.
+//!
+//! A rank that waits too long in a collective (`run --collective-timeout`) prints a
+//! [`Report`] and ends. The ranks on a cut or dead host cannot report (their output cannot
+//! reach mpirun), so when reports come, the ranks that did not report within a grace period
+//! are the lost ones, and mpirun, which ignores SIGTERM while a daemon is unreachable, is
+//! killed if it has not ended by then. Hosts left without a live rank, and hosts whose daemon
+//! Open MPI lost, are dropped from the job's hostfile for the restart (`hostfile.rs`).
+
+mod hostfile;
 
 use std::ffi::OsString;
 use std::fs;
@@ -16,11 +25,12 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
+use crate::collective::watchdog::{self, Report};
 use crate::train::checkpoint;
 use crate::train::config::Mode;
 use crate::train::metrics::{Record, RestartRecord};
@@ -106,6 +116,8 @@ struct Job {
     resume: Option<PathBuf>,
     global_batch: u32,
     mode: Mode,
+    /// `--collective-timeout` (zero: none).
+    collective_timeout: Duration,
 }
 
 impl Job {
@@ -151,16 +163,24 @@ impl Job {
                 .get_one::<u32>("global_batch")
                 .context("run has --global-batch")?,
             mode: *m.get_one::<Mode>("mode").context("run has --mode")?,
+            collective_timeout: *m
+                .get_one::<Duration>("collective_timeout")
+                .context("run has --collective-timeout")?,
         })
     }
 }
 
-/// A rank Open MPI reported lost.
+/// A rank Open MPI reported lost, or one that did not report a collective timeout when others
+/// did.
 #[derive(Debug, Clone, PartialEq)]
 struct Loss {
     rank: u32,
     /// The signal number and Open MPI's name for it (`Killed`).
     signal: Option<(i32, String)>,
+    /// The host it ran on, when known.
+    node: Option<String>,
+    /// Lost because it did not report a collective timeout (Open MPI said nothing of it).
+    silent: bool,
 }
 
 impl Loss {
@@ -172,6 +192,10 @@ impl Loss {
         let (_, rest) = line.split_once("process rank ")?;
         let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
         let rank = digits.parse().ok()?;
+        let node = rest
+            .split_once(" on node ")
+            .and_then(|(_, n)| n.split_whitespace().next())
+            .map(String::from);
         if let Some((_, sig)) = rest.split_once("exited on signal ") {
             let number: String = sig.chars().take_while(char::is_ascii_digit).collect();
             let name = sig
@@ -181,16 +205,35 @@ impl Loss {
             return Some(Loss {
                 rank,
                 signal: number.parse().ok().map(|n| (n, name)),
+                node,
+                silent: false,
             });
         }
-        rest.contains("exiting improperly")
-            .then_some(Loss { rank, signal: None })
+        rest.contains("exiting improperly").then_some(Loss {
+            rank,
+            signal: None,
+            node,
+            silent: false,
+        })
     }
+}
+
+/// The host of Open MPI's notice that it lost a daemon, and with it every rank on that host:
+/// "  Remote daemon: [[51440,0],1] on node h2".
+fn lost_node(line: &str) -> Option<String> {
+    let (_, rest) = line.split_once("Remote daemon")?;
+    let (_, node) = rest.split_once(" on node ")?;
+    node.split_whitespace().next().map(String::from)
 }
 
 /// The losses in words: "rank 1 (signal 9, Killed)".
 fn describe(losses: &[Loss]) -> String {
     let one = |l: &Loss| match &l.signal {
+        _ if l.silent => format!(
+            "rank {} (on {}: no collective-timeout report from it)",
+            l.rank,
+            l.node.as_deref().unwrap_or("an unknown host")
+        ),
         Some((n, name)) if !name.is_empty() => format!("rank {} (signal {n}, {name})", l.rank),
         Some((n, _)) => format!("rank {} (signal {n})", l.rank),
         None => format!("rank {} (exited without finalizing MPI)", l.rank),
@@ -199,17 +242,46 @@ fn describe(losses: &[Loss]) -> String {
     all.join(", ")
 }
 
-/// Copies a child's output to ours as it comes, and collects the lost ranks it reports.
-fn pump(mut from: impl Read, mut to: impl Write, losses: Arc<Mutex<Vec<Loss>>>) {
+/// What one attempt's output said about lost ranks.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Open MPI's notices of lost ranks.
+    losses: Vec<Loss>,
+    /// Collective-timeout reports, one per rank.
+    reports: Vec<Report>,
+    /// When the first report came.
+    first_report: Option<Instant>,
+    /// Hosts whose daemon Open MPI lost.
+    nodes: Vec<String>,
+}
+
+impl Seen {
+    fn line(&mut self, line: &str) {
+        if let Some(l) = Loss::parse(line) {
+            if !self.losses.iter().any(|o| o.rank == l.rank) {
+                self.losses.push(l);
+            }
+        } else if let Some(r) = Report::parse(line) {
+            self.first_report.get_or_insert_with(Instant::now);
+            if !self.reports.iter().any(|o| o.rank == r.rank) {
+                self.reports.push(r);
+            }
+        } else if let Some(n) = lost_node(line)
+            && !self.nodes.contains(&n)
+        {
+            self.nodes.push(n);
+        }
+    }
+}
+
+/// Copies a child's output to ours as it comes, and collects what it says of lost ranks.
+fn pump(mut from: impl Read, mut to: impl Write, seen: Arc<Mutex<Seen>>) {
     let mut buf = [0u8; 8192];
     let mut line = Vec::new();
-    let seen = |line: &mut Vec<u8>| {
-        if let Some(l) = Loss::parse(&String::from_utf8_lossy(line)) {
-            let mut all = losses.lock().expect("no pump panics holding the lock");
-            if !all.iter().any(|o| o.rank == l.rank) {
-                all.push(l);
-            }
-        }
+    let flush = |line: &mut Vec<u8>| {
+        seen.lock()
+            .expect("no pump panics holding the lock")
+            .line(&String::from_utf8_lossy(line));
         line.clear();
     };
     loop {
@@ -223,30 +295,48 @@ fn pump(mut from: impl Read, mut to: impl Write, losses: Arc<Mutex<Vec<Loss>>>) 
         let _ = to.write_all(&buf[..n]).and_then(|()| to.flush());
         for &b in &buf[..n] {
             match b {
-                b'\n' | b'\r' => seen(&mut line),
-                // Open MPI's notices are short; a long line is something else.
-                _ if line.len() < 4096 => line.push(b),
+                b'\n' | b'\r' => flush(&mut line),
+                // Open MPI's notices are short and a timeout report lists hosts, not ranks; a
+                // longer line is something else.
+                _ if line.len() < 1 << 16 => line.push(b),
                 _ => {}
             }
         }
     }
-    seen(&mut line);
+    flush(&mut line);
 }
 
 /// How one `mpirun` ended.
 struct Attempt {
     status: std::process::ExitStatus,
-    losses: Vec<Loss>,
+    seen: Seen,
+    /// Whether launch killed mpirun, which had not ended after the reports' grace period.
+    killed: bool,
 }
 
-/// Runs `mpirun -np N lsgd-host <run>` with our output streamed through.
-fn attempt(args: &LaunchArgs, np: u32, run: &[OsString]) -> Result<Attempt> {
+/// How long after the first collective-timeout report the other ranks have to report, and
+/// mpirun to end: the reporting ranks' [`watchdog::linger`] and a margin.
+fn grace(timeout: Duration) -> Duration {
+    watchdog::linger(timeout) + Duration::from_secs(5)
+}
+
+/// Runs `mpirun -np N lsgd-host <run>` with our output streamed through; `hostfile_env`
+/// replaces the hostfile that reached mpirun through the environment.
+fn attempt(
+    args: &LaunchArgs,
+    mpirun_args: &[String],
+    hostfile_env: Option<&Path>,
+    np: u32,
+    run: &[OsString],
+    grace: Duration,
+) -> Result<Attempt> {
     let exe = std::env::current_exe().context("cannot locate the lsgd-host binary")?;
-    let mut child = Command::new(&args.mpirun)
-        // Ranks × threads may exceed the cores; binding would pin ranks to too few of them.
+    let mut command = Command::new(&args.mpirun);
+    // Ranks × threads may exceed the cores; binding would pin ranks to too few of them.
+    command
         .args(["--oversubscribe", "--bind-to", "none", "-np"])
         .arg(np.to_string())
-        .args(&args.mpirun_arg)
+        .args(mpirun_args)
         .arg(&exe)
         .args(run)
         // Open MPI refuses to start as root without these; they change nothing for others.
@@ -254,34 +344,96 @@ fn attempt(args: &LaunchArgs, np: u32, run: &[OsString]) -> Result<Attempt> {
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| {
-            format!(
-                "cannot run {} (Open MPI; `scripts/setup.sh` installs it)",
-                args.mpirun.display()
-            )
-        })?;
-    let losses = Arc::new(Mutex::new(Vec::new()));
+        .stderr(Stdio::piped());
+    if let Some(h) = hostfile_env {
+        command.env(hostfile::DEFAULT_HOSTFILE_VAR, h);
+    }
+    let mut child = command.spawn().with_context(|| {
+        format!(
+            "cannot run {} (Open MPI; `scripts/setup.sh` installs it)",
+            args.mpirun.display()
+        )
+    })?;
+    let seen = Arc::new(Mutex::new(Seen::default()));
     let (out, err) = (child.stdout.take(), child.stderr.take());
     let pumps = [
         out.map(|o| {
-            let l = Arc::clone(&losses);
-            std::thread::spawn(move || pump(o, std::io::stdout(), l))
+            let s = Arc::clone(&seen);
+            std::thread::spawn(move || pump(o, std::io::stdout(), s))
         }),
         err.map(|e| {
-            let l = Arc::clone(&losses);
-            std::thread::spawn(move || pump(e, std::io::stderr(), l))
+            let s = Arc::clone(&seen);
+            std::thread::spawn(move || pump(e, std::io::stderr(), s))
         }),
     ];
-    let status = child
-        .wait()
-        .with_context(|| format!("cannot wait for {}", args.mpirun.display()))?;
+    let wait_error = || format!("cannot wait for {}", args.mpirun.display());
+    let mut killed = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().with_context(wait_error)? {
+            break s;
+        }
+        let first = seen.lock().expect("no pump panics").first_report;
+        if first.is_some_and(|t| t.elapsed() > grace) {
+            // SIGKILL: with a daemon unreachable, mpirun ignores SIGTERM.
+            let _ = child.kill();
+            killed = true;
+            break child.wait().with_context(wait_error)?;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // A killed mpirun's helpers (its ssh to a cut host) may hold the pipes open: their
+    // readers are left behind after a short wait rather than waited for.
+    let until = Instant::now() + Duration::from_secs(if killed { 2 } else { 3600 });
     for p in pumps.into_iter().flatten() {
-        let _ = p.join();
+        while !p.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if p.is_finished() {
+            let _ = p.join();
+        }
     }
-    let losses = std::mem::take(&mut *losses.lock().expect("the pumps have ended"));
-    Ok(Attempt { status, losses })
+    let seen = std::mem::take(&mut *seen.lock().expect("no pump panics"));
+    Ok(Attempt {
+        status,
+        seen,
+        killed,
+    })
+}
+
+/// The ranks lost in an attempt of `np` ranks and the hosts lost with them: Open MPI's lost
+/// ranks; when ranks reported a collective timeout, also every rank that did not; the hosts
+/// whose daemon Open MPI lost, and those on which no rank is left (known from the reports'
+/// host lists).
+fn lost(seen: &Seen, np: u32) -> (Vec<Loss>, Vec<String>) {
+    let hosts = seen.reports.first().map(|r| r.hosts.as_slice());
+    let host = |rank: u32| hosts.and_then(|h| h.get(rank as usize)).cloned();
+    let mut losses: Vec<Loss> = seen.losses.clone();
+    if !seen.reports.is_empty() {
+        for rank in 0..np {
+            let reported = seen.reports.iter().any(|r| r.rank == rank as usize);
+            if !reported && !losses.iter().any(|l| l.rank == rank) {
+                losses.push(Loss {
+                    rank,
+                    signal: None,
+                    node: host(rank),
+                    silent: true,
+                });
+            }
+        }
+        losses.sort_by_key(|l| l.rank);
+    }
+    let mut nodes = seen.nodes.clone();
+    if let Some(hosts) = hosts {
+        let alive = |h: &String| {
+            (0..np).any(|r| hosts.get(r as usize) == Some(h) && !losses.iter().any(|l| l.rank == r))
+        };
+        for h in losses.iter().filter_map(|l| host(l.rank)) {
+            if !alive(&h) && !nodes.contains(&h) {
+                nodes.push(h);
+            }
+        }
+    }
+    (losses, nodes)
 }
 
 /// The step of the newest valid checkpoint in `out`, or `None` when it holds none yet; an
@@ -349,8 +501,24 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
     let mut run = job.run.clone();
     let mut np = args.np;
     let mut restarts = 0;
+    let env = std::env::var(hostfile::DEFAULT_HOSTFILE_VAR).ok();
+    let mut hosts = hostfile::Hosts::new(args.mpirun_arg.clone(), env.as_deref());
+    let grace = grace(job.collective_timeout);
     loop {
-        let a = attempt(&args, np, &run)?;
+        let a = attempt(
+            &args,
+            &hosts.mpirun_args,
+            hosts.env_override.as_deref(),
+            np,
+            &run,
+            grace,
+        )?;
+        if a.killed {
+            eprintln!(
+                "launch: mpirun had not ended {:.0} s after the first collective-timeout report (a host it cannot reach); killed it",
+                grace.as_secs_f64()
+            );
+        }
         if a.status.success() {
             if restarts > 0 {
                 eprintln!(
@@ -360,7 +528,8 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
             }
             return Ok(true);
         }
-        if a.losses.is_empty() {
+        let (losses, lost_hosts) = lost(&a.seen, np);
+        if losses.is_empty() && lost_hosts.is_empty() {
             fail(
                 a.status,
                 &format!(
@@ -369,7 +538,11 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
                 ),
             );
         }
-        let lost = describe(&a.losses);
+        let mut lost = describe(&losses);
+        if !lost_hosts.is_empty() {
+            let sep = if lost.is_empty() { "" } else { " and " };
+            lost = format!("{lost}{sep}host(s) {}", lost_hosts.join(", "));
+        }
         let step = checkpoint_step(&job.out).unwrap_or_else(|e| fail(a.status, &format!("{e:#}")));
         let resume_hint = match step {
             Some(s) => format!(
@@ -388,7 +561,17 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
                 ),
             );
         }
-        let left = np.saturating_sub(a.losses.len() as u32);
+        // The next attempt's hostfile is written before anything else can stop the job, so
+        // that a `--resume` by hand finds it too.
+        let dropped = hosts
+            .drop_hosts(&lost_hosts, &job.out, restarts + 1)
+            .unwrap_or_else(|e| fail(a.status, &format!("{e:#}")));
+        // A host lost with its daemon took ranks Open MPI did not name: as many as its slots.
+        let unnamed = match &dropped {
+            Some((_, slots)) if losses.is_empty() => *slots,
+            _ => 0,
+        };
+        let left = np.saturating_sub(losses.len() as u32 + unnamed);
         if left < min_np {
             fail(
                 a.status,
@@ -431,8 +614,8 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
             &job.out,
             RestartRecord {
                 attempt: restarts,
-                lost_ranks: a.losses.iter().map(|l| l.rank).collect(),
-                signal: a.losses.iter().find_map(|l| l.signal.as_ref().map(|s| s.0)),
+                lost_ranks: losses.iter().map(|l| l.rank).collect(),
+                signal: losses.iter().find_map(|l| l.signal.as_ref().map(|s| s.0)),
                 world_size_before: np,
                 world_size_after: left,
                 resumed_step: step.unwrap_or(0),
@@ -441,8 +624,12 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
             },
             step.is_none() && job.resume.is_none(),
         )?;
+        let on = match &dropped {
+            Some((file, _)) => format!(" (hostfile {} without the lost hosts)", file.display()),
+            None => String::new(),
+        };
         eprintln!(
-            "launch: lost {lost} of {np} ranks; restart {restarts} of at most {}: {from} on {left} rank(s)",
+            "launch: lost {lost} of {np} ranks; restart {restarts} of at most {}: {from} on {left} rank(s){on}",
             args.max_restarts
         );
         np = left;
@@ -461,7 +648,9 @@ mod tests {
             ),
             Some(Loss {
                 rank: 1,
-                signal: Some((9, "Killed".into()))
+                signal: Some((9, "Killed".into())),
+                node: Some("vm".into()),
+                silent: false,
             })
         );
         assert_eq!(
@@ -470,7 +659,9 @@ mod tests {
             ),
             Some(Loss {
                 rank: 12,
-                signal: Some((11, "Segmentation fault".into()))
+                signal: Some((11, "Segmentation fault".into())),
+                node: Some("n3".into()),
+                silent: false,
             })
         );
         assert_eq!(
@@ -479,7 +670,9 @@ mod tests {
             ),
             Some(Loss {
                 rank: 2,
-                signal: None
+                signal: None,
+                node: Some("vm".into()),
+                silent: false,
             })
         );
         for line in [
@@ -490,6 +683,57 @@ mod tests {
         ] {
             assert_eq!(Loss::parse(line), None, "{line}");
         }
+    }
+
+    fn seen(lines: &[&str]) -> Seen {
+        let mut s = Seen::default();
+        for l in lines {
+            s.line(l);
+        }
+        s
+    }
+
+    const RANKS: &str = "ranks: 0-1=h1,2-3=h2,4=h3; no checkpoint yet";
+
+    #[test]
+    fn ranks_that_did_not_report_a_collective_timeout_are_lost_with_hosts_left_empty() {
+        let report = |rank: u32, host: &str, peer: u32| {
+            format!(
+                "error: collective timeout: rank {rank} (host {host}) made no progress for 3.0 s in ring all-reduce, waiting on rank {peer} (host h2); {RANKS}"
+            )
+        };
+        // h2 was cut: its ranks 2 and 3 cannot report; rank 1 is killed by mpirun first.
+        let lines = [report(0, "h1", 3), report(4, "h3", 3), report(0, "h1", 3)];
+        let s = seen(&lines.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(s.reports.len(), 2, "one report per rank");
+        assert!(s.first_report.is_some());
+        let (losses, hosts) = lost(&s, 5);
+        let ranks: Vec<u32> = losses.iter().map(|l| l.rank).collect();
+        assert_eq!(ranks, [1, 2, 3]);
+        assert!(losses.iter().all(|l| l.silent && l.signal.is_none()));
+        // h1 keeps rank 0, so only h2 goes.
+        assert_eq!(hosts, ["h2"]);
+        assert_eq!(
+            describe(&losses[1..2]),
+            "rank 2 (on h2: no collective-timeout report from it)"
+        );
+    }
+
+    #[test]
+    fn open_mpi_losses_and_lost_daemons_count_without_reports() {
+        let s = seen(&[
+            "mpirun noticed that process rank 1 with PID 0 on node h2 exited on signal 9 (Killed).",
+            "ORTE has lost communication with a remote daemon.",
+            "  HNP daemon   : [[51440,0],0] on node h1",
+            "  Remote daemon: [[51440,0],1] on node h3",
+        ]);
+        let (losses, hosts) = lost(&s, 3);
+        assert_eq!(losses.len(), 1);
+        assert_eq!((losses[0].rank, losses[0].silent), (1, false));
+        // Without reports nothing says whether rank 1 was h2's only rank: h2 stays.
+        assert_eq!(hosts, ["h3"]);
+        let (losses, hosts) = lost(&seen(&["Primary job  terminated normally"]), 3);
+        assert!(losses.is_empty() && hosts.is_empty());
     }
 
     #[test]
