@@ -7,8 +7,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lsgd_host::train::metrics::{self, Record};
-
 use crate::common::*;
 
 /// A 1-epoch cnn job of 20 steps at global batch 60 on 2 ranks, rank 0 slowed so that the job
@@ -197,14 +195,7 @@ fn a_frozen_rank_under_launch_is_dropped_and_the_job_finishes_on_the_rank_that_r
         stderr.contains(": no collective-timeout report from it) of 2 ranks; restart 1 of at most 3: resuming from step "),
         "{stderr}"
     );
-    let restarts: Vec<_> = metrics::read(&out.join("metrics.jsonl"))
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Restart(r) => Some(r),
-            _ => None,
-        })
-        .collect();
+    let restarts = restarts(&out);
     assert_eq!(restarts.len(), 1, "{restarts:?}");
     let r = &restarts[0];
     assert_eq!(

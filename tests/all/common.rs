@@ -355,3 +355,15 @@ pub fn await_checkpoint(child: &mut std::process::Child, stderr: &Path, out: &Pa
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// The restart records `launch` wrote into a run directory's metrics.jsonl.
+pub fn restarts(out: &Path) -> Vec<metrics::RestartRecord> {
+    metrics::read(&out.join("metrics.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Restart(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}

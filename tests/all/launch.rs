@@ -7,8 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lsgd_host::train::metrics::{self, Record, RestartRecord};
-
 use crate::common::*;
 
 /// A 1-epoch cnn job of 20 steps at global batch 60 (divisible by 3, 2 and 1 ranks).
@@ -113,17 +111,6 @@ impl Launched {
             .unwrap();
         assert!(k.success(), "kill -9 {pid}");
     }
-}
-
-fn restarts(out: &Path) -> Vec<RestartRecord> {
-    metrics::read(&out.join("metrics.jsonl"))
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Restart(r) => Some(r),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]

@@ -12,8 +12,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use lsgd_host::train::metrics::{self, Record};
-
 use crate::common::*;
 
 /// One lab at a time: they share the namespaces.
@@ -239,14 +237,7 @@ fn launch_goes_on_on_the_host_left_after_a_cut_link_and_after_a_dead_host() {
             lab.lab(&["mend", "h2"]);
         }
         assert_eq!(code, Some(0), "{fault}: launch did not finish:\n{err}");
-        let restarts: Vec<_> = metrics::read(&out.join("metrics.jsonl"))
-            .unwrap()
-            .into_iter()
-            .filter_map(|r| match r {
-                Record::Restart(r) => Some(r),
-                _ => None,
-            })
-            .collect();
+        let restarts = restarts(&out);
         assert_eq!(restarts.len(), 1, "{fault}: {err}");
         // A cut link is named by the ranks that reported the timeout (rank 1 never did); a
         // dead host by Open MPI's lost-daemon notice, which names the host, not its ranks.
