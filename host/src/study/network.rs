@@ -209,11 +209,12 @@ impl Drop for Lab<'_> {
     }
 }
 
+/// The link's α and β from `bench calibrate`'s file, read as `simulate --model` reads it.
 fn read_calibration(file: &Path) -> Option<Calibration> {
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
+    let m = crate::bench::calibrate::Machine::load(file).ok()?;
     Some(Calibration {
-        alpha: v["alpha"].as_f64()?,
-        beta: v["beta"].as_f64()?,
+        alpha: m.alpha,
+        beta: m.beta,
     })
 }
 
