@@ -7,16 +7,21 @@
 # use shared memory. Needs root. docs/cluster.md explains the lab and how it maps to a cluster.
 #
 #   netlab.sh check                    can the lab run here? (exit 3 and the reason when not)
-#   netlab.sh up N [--rate R] [--delay D]
+#   netlab.sh up N [--rate R] [--delay D] [--tcp CC]
 #                                      hosts h1…hN; R a tc rate (1gbit, 100mbit), D a one-way
 #                                      latency added to every packet a host sends (250us, 2ms);
-#                                      `--rate hK=R` / `--delay hK=D` override one host's link
+#                                      `--rate hK=R` / `--delay hK=D` override one host's link;
+#                                      CC the hosts' TCP congestion control (default: the
+#                                      machine's)
 #   netlab.sh down                     removes everything `up` made (and kills what ran there)
 #   netlab.sh cut hK | mend hK         takes hK's link down (silently: no reset, as a pulled
 #                                      cable) and back up
 #   netlab.sh kill hK                  the host dies: every process on it (MPI daemon, ranks)
 #                                      is killed; its link stays up
 #   netlab.sh status                   the hosts and their links
+#   netlab.sh stats                    per host since `up`: bytes sent, packets its link's
+#                                      queues dropped (out, in), TCP segments retransmitted
+#                                      and retransmission timeouts
 #   netlab.sh run -np N [--per-host R] -- COMMAND…
 #                                      `mpirun -np N COMMAND` across the hosts, R ranks per host
 #   netlab.sh run [--per-host R] -- COMMAND…
@@ -121,7 +126,10 @@ shape() {  # namespace, device, rate
 cmd_down() {
   local h
   local spaces=("$HUB")
-  for h in $(hosts 2>/dev/null); do spaces+=("$(ns "$h")"); done
+  # Every host namespace, also one whose set-up failed before it was recorded.
+  for h in $(ip netns list | awk '{print $1}' | grep -E "^${LAB:+$LAB-}h[0-9]+\$"); do
+    spaces+=("$h")
+  done
   for h in "${spaces[@]}"; do
     ip netns pids "$h" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
   done
@@ -136,7 +144,7 @@ cmd_up() {
   local n="${1:-}"; shift || true
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "usage: netlab.sh up N [--rate R] [--delay D] [--rate hK=R] [--delay hK=D]"
   ((n <= 200)) || die "at most 200 hosts"
-  local rate=1gbit delay=0
+  local rate=1gbit delay=0 tcp=""
   declare -A host_rate=() host_delay=()
   while (($#)); do
     case "$1" in
@@ -148,6 +156,7 @@ cmd_up() {
           [[ "$1" == --rate ]] && rate="$2" || delay="$2"
         fi
         shift 2 ;;
+      --tcp) [[ $# -ge 2 ]] || die "--tcp needs a value"; tcp="$2"; shift 2 ;;
       *) die "unknown option $1" ;;
     esac
   done
@@ -184,6 +193,11 @@ cmd_up() {
     # A cut link must end TCP connections in seconds, not the default ~15 minutes of
     # retransmissions (a real cluster's sysctl; docs/cluster.md).
     ip netns exec "$space" sysctl -qw net.ipv4.tcp_retries2=6
+    if [[ -n "$tcp" ]] && ! ip netns exec "$space" sysctl -qw net.ipv4.tcp_congestion_control="$tcp" 2>/dev/null; then
+      trap - ERR
+      cmd_down
+      die "cannot use TCP congestion control '$tcp' in a host: a namespace may use only those the machine allows (net.ipv4.tcp_allowed_congestion_control: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control))"
+    fi
     if ((d > 0)); then
       local bin
       bin="$(delay_bin)"
@@ -191,7 +205,7 @@ cmd_up() {
       ip netns exec "$space" setsid "$bin" "$d" </dev/null >"$STATE/delay-$h.log" 2>&1 &
       echo $! > "$STATE/delay-$h.pid"
     fi
-    echo "$h $r ${d}us" >> "$STATE/hosts"
+    echo "$h $r ${d}us $(ip netns exec "$space" cat /proc/sys/net/ipv4/tcp_congestion_control)" >> "$STATE/hosts"
   done
   trap - ERR
   # Every host reaches h1 and hN (where ping is installed; it is not required).
@@ -204,7 +218,7 @@ cmd_up() {
       done
     done
   fi
-  echo "netlab: $n host(s) up: $(awk '{printf "%s %s %s; ", $1, $2, $3}' "$STATE/hosts")" >&2
+  echo "netlab: $n host(s) up: $(awk '{printf "%s %s %s; ", $1, $2, $3}' "$STATE/hosts")TCP $(awk '{print $4; exit}' "$STATE/hosts")" >&2
 }
 
 cmd_link() {  # up|down host
@@ -215,11 +229,55 @@ cmd_link() {  # up|down host
 cmd_status() {
   if ! is_up; then echo "netlab: no lab is up"; return; fi
   local h state
-  while read -r h r d; do
+  while read -r h r d tcp; do
     state="$(ip netns exec "$HUB" ip -o link show "l${h#h}" 2>/dev/null || echo gone)"
     case "$state" in gone) ;; *[\<,]UP[,\>]*) state=up ;; *) state=cut ;; esac
-    echo "$h $NET.${h#h} rate $r delay $d link $state"
+    echo "$h $NET.${h#h} rate $r delay $d tcp $tcp link $state"
   done < "$STATE/hosts"
+}
+
+# Where a measurement misses the model, these say whether the links lost packets (a queue
+# overflowed, TCP retransmitted or timed out) or only ran slow. Counters start at `up`.
+cmd_stats() {
+  need_up
+  local h k out in tcp
+  printf '%-4s %10s %9s %8s %11s %12s\n' host sent_MB drops_out drops_in retransmits rto_timeouts
+  while read -r h _; do
+    k="${h#h}"
+    out="$(ip netns exec "$(ns "$h")" tc -s qdisc show dev eth0)"
+    in="$(ip netns exec "$HUB" tc -s qdisc show dev "l$k")"
+    tcp="$(ip netns exec "$(ns "$h")" nstat -asz TcpRetransSegs TcpExtTCPTimeouts)"
+    printf '%-4s %10.1f %9d %8d %11d %12d\n' "$h" \
+      "$(awk '/Sent/ { print $2 / 1e6; exit }' <<<"$out")" \
+      "$(grep -om1 'dropped [0-9]*' <<<"$out" | cut -d' ' -f2)" \
+      "$(grep -om1 'dropped [0-9]*' <<<"$in" | cut -d' ' -f2)" \
+      "$(awk '$1 == "TcpRetransSegs" { print $2 }' <<<"$tcp")" \
+      "$(awk '$1 == "TcpExtTCPTimeouts" { print $2 }' <<<"$tcp")"
+  done < "$STATE/hosts"
+}
+
+# A tc rate (100mbit, 1gbit, 10mbps) in bytes per second; 0 for a unit it does not know.
+rate_bytes() {
+  awk -v r="$1" 'BEGIN {
+    if (!match(r, /^[0-9.]+/)) { print 0; exit }
+    n = substr(r, 1, RLENGTH); u = tolower(substr(r, RLENGTH + 1))
+    f["bit"] = 1 / 8; f["kbit"] = 1e3 / 8; f["mbit"] = 1e6 / 8; f["gbit"] = 1e9 / 8
+    f["bps"] = 1; f["kbps"] = 1e3; f["mbps"] = 1e6; f["gbps"] = 1e9
+    printf "%d", (u in f) ? n * f[u] : 0
+  }'
+}
+
+# The lab's bandwidth-delay product (fastest link, the round trip between the two slowest
+# hosts), at least 32 KiB.
+send_buffer() {
+  local h r d fastest=0 slowest=0 b
+  while read -r h r d _; do
+    b="$(rate_bytes "$r")"; d="${d%us}"
+    ((b > fastest)) && fastest="$b"
+    ((d > slowest)) && slowest="$d"
+  done < "$STATE/hosts"
+  b=$((fastest * 2 * slowest / 1000000))
+  echo $((b > 32768 ? b : 32768))
 }
 
 # The rsh agent Open MPI starts remote daemons with: `agent HOST orted …`, whose arguments
@@ -259,6 +317,12 @@ cmd_run() {
   # protocol's handshakes stall behind the link's queue and a 4 MiB ring all-reduce of two
   # ranks took 1.9× the model's time (1.13× without put; docs/cluster.md).
   export OMPI_MCA_btl_tcp_flags="${OMPI_MCA_btl_tcp_flags:-send,inplace,need-ack,need-csum,hetero-rdma}"
+  # Socket send buffers of about one bandwidth-delay product, not the kernel's autotuned
+  # megabytes: a rank that answers a peer's rendezvous while its own message streams to that
+  # peer queues the answer behind its whole send buffer, so the two halves of a pairwise
+  # exchange ran one after the other (4 hosts, halving-doubling, 1M floats: 1.4-1.8x the
+  # model; 1.0-1.05x with this; docs/cluster.md).
+  export OMPI_MCA_btl_tcp_sndbuf="${OMPI_MCA_btl_tcp_sndbuf:-$(send_buffer)}"
   # More ranks than cores: a waiting rank must yield, and no rank may be pinned.
   export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_hwloc_base_binding_policy=none
   # mpirun notices a daemon behind a cut link in ~11 s instead of ~8 minutes.
@@ -290,6 +354,7 @@ case "$cmd" in
     ip netns pids "$(ns "$1")" | grep -vxF "$(cat "$STATE/delay-$1.pid" 2>/dev/null || echo none)" \
       | xargs -r kill -9 ;;
   status) cmd_status ;;
+  stats) cmd_stats ;;
   run) cmd_run "$@" ;;
   exec)
     h="${1:-}"; shift || true

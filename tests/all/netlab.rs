@@ -1,11 +1,12 @@
 //! Training across emulated hosts (`scripts/netlab.sh`: network namespaces, `tc tbf` links):
-//! ranks on two hosts stay bit-identical over a 1 Gbit/s link and over a slow one; a link cut
-//! mid-step ends the job with the unreachable rank and the newest checkpoint named (within
-//! `--collective-timeout`, where plain Open MPI hung for minutes), and under `launch` the job
-//! goes on on the host that is left; so does it when a host dies; `study network --quick`
-//! brings the lab up, calibrates it and reports. The lab needs root and network namespaces;
-//! without them every test here says why and passes. The tests share one lab of their own
-//! (`NETLAB_NAME=lsgdtest`), one at a time.
+//! ranks on two hosts stay bit-identical over a 1 Gbit/s link and over a slow one, and `stats`
+//! counts what crossed each link; `up` refuses a congestion control it cannot set and leaves
+//! nothing behind; a link cut mid-step ends the job with the unreachable rank and the newest
+//! checkpoint named (within `--collective-timeout`, where plain Open MPI hung for minutes), and
+//! under `launch` the job goes on on the host that is left; so does it when a host dies;
+//! `study network --quick` brings the lab up, calibrates it and reports. The lab needs root and
+//! network namespaces; without them every test here says why and passes. The tests share one
+//! lab of their own (`NETLAB_NAME=lsgdtest`), one at a time.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -154,6 +155,19 @@ fn ranks_on_two_hosts_stay_bit_identical_on_a_fast_and_on_a_slow_link() {
     let slow = dir.join("slow");
     let c = lab.spawn(Some(2), &job(&slow, &["--allreduce", "ring"]), &dir);
     succeed(c, &dir, "the slow-link run");
+    // `stats` counts what crossed each link: the ring sends ~0.45 MB a step each way.
+    let o = Lab::command(&["stats"]).output().unwrap();
+    let sent: Vec<f64> = stdout(&o)
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        sent.len() == 2 && sent.iter().all(|&mb| mb > 4.0),
+        "netlab stats:\n{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
     let (f, s) = (steps(&fast), steps(&slow));
     assert_eq!(
         f.iter().map(|r| r.loss.to_bits()).collect::<Vec<_>>(),
@@ -168,6 +182,32 @@ fn ranks_on_two_hosts_stay_bit_identical_on_a_fast_and_on_a_slow_link() {
         "a 10× slower link showed in the step time only {:.1}× ({cs:.4} s vs {cf:.4} s)",
         cs / cf
     );
+}
+
+#[test]
+fn a_congestion_control_the_machine_does_not_allow_is_refused_and_nothing_is_left() {
+    let Some(lab) = Lab::up(1, &[]) else {
+        return;
+    };
+    let o = Lab::command(&["up", "2", "--tcp", "no-such-cc"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("cannot use TCP congestion control 'no-such-cc'")
+            && err.contains("tcp_allowed_congestion_control"),
+        "{err}"
+    );
+    let status = Lab::command(&["status"]).output().unwrap();
+    assert_eq!(stdout(&status).trim(), "netlab: no lab is up");
+    let spaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    assert!(
+        !stdout(&spaces).contains("lsgdtest-"),
+        "namespaces left behind:\n{}",
+        stdout(&spaces)
+    );
+    drop(lab);
 }
 
 #[test]
