@@ -342,6 +342,7 @@ fn the_network_study_brings_the_lab_up_calibrates_it_and_reports_time_to_accurac
     for text in [
         "## 1gbit",
         "Calibrated: α = ",
+        "% of the link's rate)",
         "| uncompressed (fp32 ring) |",
         "| top-k 1% + error feedback |",
         "time to 50% (s)",
@@ -355,11 +356,20 @@ fn the_network_study_brings_the_lab_up_calibrates_it_and_reports_time_to_accurac
     let cal: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("calibration-1gbit.json")).unwrap())
             .unwrap();
-    // 1 Gbit/s is 8 ns per byte; tbf and TCP headers make it a little more.
+    // 1 Gbit/s is 8 ns per byte; tbf and TCP headers make it a little more on a quiet
+    // machine. Beside the suite's other tests the ranks' CPUs can set a slower pace (CI
+    // calibrated 12.1 ns/B), which the report then says; the bounds still tell the shaped link
+    // from an unshaped one (well under 7) and from the 100 Mbit/s one (80).
     let beta = cal["beta"].as_f64().unwrap();
     assert!(
-        (7e-9..12e-9).contains(&beta),
+        (7e-9..40e-9).contains(&beta),
         "β = {beta:e} s/B at 1 Gbit/s"
+    );
+    let cpu_paced = report.contains("CPUs, not the emulated link");
+    assert_eq!(
+        cpu_paced,
+        beta > 8.0 / 0.75e9,
+        "β = {beta:e} s/B:\n{report}"
     );
     assert!(out.join("accuracy-vs-time.png").exists());
 }

@@ -218,6 +218,42 @@ fn read_calibration(file: &Path) -> Option<Calibration> {
     })
 }
 
+/// A `tc` rate such as `1gbit` or `100mbit` in bits per second.
+fn link_bits_per_s(link: &str) -> Option<f64> {
+    let digits = link.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+    let (number, unit) = link.split_at(digits);
+    let scale = match unit {
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        _ => return None,
+    };
+    Some(number.parse::<f64>().ok()? * scale)
+}
+
+/// The calibration's sentence: the rate it measured, and against the link's when they part.
+fn calibration_text(link: &str, c: Calibration) -> String {
+    let measured = 8.0 / c.beta;
+    let mut text = format!(
+        "Calibrated: α = {:.1} µs, β = {:.3} ns/B ({:.0} Mbit/s",
+        c.alpha * 1e6,
+        c.beta * 1e9,
+        measured / 1e6
+    );
+    match link_bits_per_s(link) {
+        Some(nominal) => {
+            let share = measured / nominal;
+            let _ = write!(text, ", {:.0}% of the link's rate).", 100.0 * share);
+            // TCP/IP headers and tbf's bursts keep a link that sets the pace near 90-95%.
+            if share < 0.75 {
+                text += " The ranks' CPUs, not the emulated link, set this rate: the lab                          shared the machine's cores with other work, so its figures are                          those of a slower link; rerun on a quiet machine.";
+            }
+        }
+        None => text += ").",
+    }
+    text + "\n"
+}
+
 /// A job's figures, rank 0's means over its steps.
 struct Timing {
     step_ms: f64,
@@ -400,13 +436,7 @@ fn link_section<'a>(
     let mut md = format!("## {link}\n\n");
     match cal {
         Some(c) => {
-            let _ = writeln!(
-                md,
-                "Calibrated: α = {:.1} µs, β = {:.3} ns/B ({:.0} Mbit/s).\n",
-                c.alpha * 1e6,
-                c.beta * 1e9,
-                8.0 / c.beta / 1e6
-            );
+            let _ = writeln!(md, "{}", calibration_text(link, c));
         }
         None => md += "No calibration could be read; the model's column is empty.\n\n",
     }
@@ -522,4 +552,44 @@ fn findings(plan: &Plan, outcomes: &[Vec<Outcome>], settings: &Settings, ranks: 
     }
     md.push('\n');
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tc_rates_read_in_bits_per_second() {
+        assert_eq!(link_bits_per_s("1gbit"), Some(1e9));
+        assert_eq!(link_bits_per_s("100mbit"), Some(1e8));
+        assert_eq!(link_bits_per_s("2.5gbit"), Some(2.5e9));
+        assert_eq!(link_bits_per_s("512kbit"), Some(512e3));
+        assert_eq!(link_bits_per_s("fast"), None);
+        assert_eq!(link_bits_per_s("100mbps"), None);
+    }
+
+    #[test]
+    fn a_calibration_well_below_the_link_is_said_to_be_the_cpus() {
+        let at = |beta| calibration_text("1gbit", Calibration { alpha: 14e-6, beta });
+        let link_paced = at(8.4e-9);
+        assert!(
+            link_paced.contains("(952 Mbit/s, 95% of the link's rate)."),
+            "{link_paced}"
+        );
+        assert!(!link_paced.contains("CPUs"), "{link_paced}");
+        let cpu_paced = at(12.05e-9);
+        assert!(cpu_paced.contains("66% of the link's rate"), "{cpu_paced}");
+        assert!(
+            cpu_paced.contains("CPUs, not the emulated link"),
+            "{cpu_paced}"
+        );
+        let unknown = calibration_text(
+            "fast",
+            Calibration {
+                alpha: 14e-6,
+                beta: 8e-9,
+            },
+        );
+        assert!(unknown.ends_with("(1000 Mbit/s).\n"), "{unknown}");
+    }
 }
