@@ -213,15 +213,47 @@ fn a_congestion_control_the_machine_does_not_allow_is_refused_and_nothing_is_lef
         "namespaces left behind:\n{}",
         stdout(&spaces)
     );
-    // Without a buffer asked for, `run` sets one bandwidth-delay product, at least 32 KiB.
-    Lab::command(&["up", "2", "--rate", "100mbit"])
+    drop(lab);
+}
+
+#[test]
+fn run_sets_a_send_buffer_of_one_bandwidth_delay_product_unless_one_is_asked_for() {
+    let Some(lab) = Lab::up(1, &[]) else {
+        return;
+    };
+    let buffer = |asked: Option<&str>| {
+        let mut c = Lab::command(&["run", "--", "sh", "-c", "echo $OMPI_MCA_btl_tcp_sndbuf"]);
+        match asked {
+            Some(b) => c.env("OMPI_MCA_btl_tcp_sndbuf", b),
+            None => c.env_remove("OMPI_MCA_btl_tcp_sndbuf"),
+        };
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o).trim().to_string()
+    };
+    // 100 Mbit/s without delay: far below the floor of 32 KiB.
+    let o = Lab::command(&["up", "2", "--rate", "100mbit"])
         .output()
         .unwrap();
-    let o = Lab::command(&["run", "--", "sh", "-c", "echo $OMPI_MCA_btl_tcp_sndbuf"])
-        .env_remove("OMPI_MCA_btl_tcp_sndbuf")
-        .output()
-        .unwrap();
-    assert_eq!(stdout(&o).trim(), "32768", "{}", stderr(&o));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(buffer(None), "32768");
+    assert_eq!(buffer(Some("0")), "0", "the kernel's buffers, asked for");
+    // The fastest link (1 Gbit/s, 125 MB/s) times the round trip to the slowest host (2 × 2 ms).
+    let o = Lab::command(&[
+        "up",
+        "2",
+        "--rate",
+        "1gbit",
+        "--rate",
+        "h2=100mbit",
+        "--delay",
+        "h2=2ms",
+    ])
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(buffer(None), "500000");
+    assert_eq!(buffer(Some("131072")), "131072");
     drop(lab);
 }
 
