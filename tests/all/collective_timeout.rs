@@ -4,33 +4,15 @@
 //! rank that reported and finishes. They need mpirun and skip without it.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-/// A 1-epoch cnn job of 20 steps at global batch 60 on 2 ranks, rank 0 slowed so that the job
-/// outlives its first checkpoints, with a 3 s collective timeout.
+/// The launch tests' job on 2 ranks, rank 0 slowed so that the job outlives its first
+/// checkpoints, with a 3 s collective timeout.
 fn job(out: &Path) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "run",
-        "--model",
-        "cnn",
-        "--train-subset",
-        "1200",
-        "--test-subset",
-        "100",
-        "--epochs",
-        "1",
-        "--global-batch",
-        "60",
-        "--threads",
-        "1",
-        "--device",
-        "cpu",
-        "--seed",
-        "3",
-        "--quiet",
+    let flags = [
         "--allreduce",
         "ring",
         "--checkpoint-every",
@@ -41,30 +23,8 @@ fn job(out: &Path) -> Vec<String> {
         "300",
         "--collective-timeout",
         "3",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.push(out.display().to_string());
-    v
-}
-
-/// `program args`, its output in files in `dir`.
-fn spawn(dir: &Path, program: &str, args: &[String]) -> Child {
-    let file = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
-    Command::new(program)
-        .args(args)
-        .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
-        .env("LSGD_CACHE_DIR", scratch_cache())
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .stdin(Stdio::null())
-        .stdout(file("stdout"))
-        .stderr(file("stderr"))
-        .spawn()
-        .unwrap()
+    ];
+    cnn_job(out, &flags)
 }
 
 /// Whether `pid` is a stopped process (the frozen rank, not a later process given its pid).
@@ -126,7 +86,7 @@ fn a_frozen_rank_ends_the_job_with_a_collective_timeout_report_instead_of_a_hang
         .map(|s| s.to_string())
         .collect();
     args.extend(job(&out));
-    let mut child = spawn(&dir, "mpirun", &args);
+    let mut child = spawn_logged("mpirun", &args, &dir);
     let frozen = freeze_rank_1(&mut child, &dir, &out);
     let stopped = Instant::now();
     let (code, stderr) = finish(child, &dir, frozen, Duration::from_secs(60));
@@ -181,7 +141,7 @@ fn a_frozen_rank_under_launch_is_dropped_and_the_job_finishes_on_the_rank_that_r
         .map(|s| s.to_string())
         .collect();
     args.extend(job(&out));
-    let mut child = spawn(&dir, env!("CARGO_BIN_EXE_lsgd-host"), &args);
+    let mut child = spawn_logged(env!("CARGO_BIN_EXE_lsgd-host"), &args, &dir);
     let frozen = freeze_rank_1(&mut child, &dir, &out);
     let (code, stderr) = finish(child, &dir, frozen, Duration::from_secs(240));
     let stdout = std::fs::read_to_string(dir.join("stdout")).unwrap_or_default();

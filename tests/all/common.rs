@@ -183,6 +183,56 @@ pub fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
     overridden(v, extra)
 }
 
+/// `run` of a 1-epoch cnn job of 20 steps at global batch 60 (divisible by 3, 2 and 1 ranks),
+/// one thread per rank, plus `extra`: the job that launch and collective-timeout tests kill or
+/// freeze ranks of.
+pub fn cnn_job(out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "run",
+        "--model",
+        "cnn",
+        "--train-subset",
+        "1200",
+        "--test-subset",
+        "100",
+        "--epochs",
+        "1",
+        "--global-batch",
+        "60",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--seed",
+        "3",
+        "--quiet",
+        "--out",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.push(out.display().to_string());
+    overridden(v, extra)
+}
+
+/// `program args` started with the built plugins, a private cache and Open MPI's
+/// shared-memory transport (no network probing), its stdout and stderr in files in `dir`.
+pub fn spawn_logged(program: &str, args: &[String], dir: &Path) -> std::process::Child {
+    let file = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
+    std::process::Command::new(program)
+        .args(args)
+        .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
+        .env("LSGD_CACHE_DIR", scratch_cache())
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(file("stdout"))
+        .stderr(file("stderr"))
+        .spawn()
+        .unwrap()
+}
+
 /// `base` flags followed by `extra`, minus each `--flag VALUE` of `base` whose flag `extra`
 /// gives again: a single-valued flag given twice is refused, so a test's `extra` replaces the
 /// job's own value (`--set`, which repeats, is kept).

@@ -4,40 +4,10 @@
 //! and skip without it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-
-/// A 1-epoch cnn job of 20 steps at global batch 60 (divisible by 3, 2 and 1 ranks).
-fn job(out: &Path, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "run",
-        "--model",
-        "cnn",
-        "--train-subset",
-        "1200",
-        "--test-subset",
-        "100",
-        "--epochs",
-        "1",
-        "--global-batch",
-        "60",
-        "--threads",
-        "1",
-        "--device",
-        "cpu",
-        "--seed",
-        "3",
-        "--quiet",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.push(out.display().to_string());
-    overridden(v, extra)
-}
 
 /// `lsgd-host launch LAUNCH -- JOB`, its output in files beside the run directory.
 struct Launched {
@@ -47,21 +17,11 @@ struct Launched {
 }
 
 fn launch(dir: &Path, launch: &[&str], job: &[String]) -> Launched {
-    let file = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_lsgd-host"))
-        .arg("launch")
-        .args(launch)
-        .arg("--")
-        .args(job)
-        .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
-        .env("LSGD_CACHE_DIR", scratch_cache())
-        // Shared-memory transport only: no network probing.
-        .env("OMPI_MCA_btl", "self,vader")
-        .stdin(Stdio::null())
-        .stdout(file("stdout"))
-        .stderr(file("stderr"))
-        .spawn()
-        .unwrap();
+    let mut args = vec!["launch".to_string()];
+    args.extend(launch.iter().map(|s| s.to_string()));
+    args.push("--".into());
+    args.extend(job.iter().cloned());
+    let child = spawn_logged(env!("CARGO_BIN_EXE_lsgd-host"), &args, dir);
     Launched {
         child,
         dir: dir.to_path_buf(),
@@ -128,7 +88,7 @@ fn a_rank_killed_under_launch_is_survived_on_the_ranks_left_from_the_newest_chec
         "--slow-ms",
         "300",
     ];
-    let mut l = launch(&dir, &["-np", "3", "--min-np", "2"], &job(&out, &flags));
+    let mut l = launch(&dir, &["-np", "3", "--min-np", "2"], &cnn_job(&out, &flags));
     let seen = l.await_checkpoint(&out);
     l.kill_rank(1);
     let killed = Instant::now();
@@ -193,7 +153,7 @@ fn a_plugin_fault_under_launch_is_not_restarted() {
         "--set",
         "schedule.from_step=3",
     ];
-    let l = launch(&dir, &["-np", "2", "--min-np", "1"], &job(&out, &flags));
+    let l = launch(&dir, &["-np", "2", "--min-np", "1"], &cnn_job(&out, &flags));
     let (code, stdout, stderr) = l.finish(Duration::from_secs(120));
     assert_eq!(code, Some(2), "{stdout}\n{stderr}");
     assert!(
@@ -227,7 +187,7 @@ fn launch_with_max_restarts_0_gives_up_after_the_first_loss() {
     let mut l = launch(
         &dir,
         &["-np", "2", "--min-np", "1", "--max-restarts", "0"],
-        &job(&out, &flags),
+        &cnn_job(&out, &flags),
     );
     l.await_checkpoint(&out);
     l.kill_rank(1);
