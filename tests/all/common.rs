@@ -187,7 +187,7 @@ pub fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
 /// one thread per rank, plus `extra`: the job that launch and collective-timeout tests kill or
 /// freeze ranks of.
 pub fn cnn_job(out: &Path, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
+    let flags = [
         "run",
         "--model",
         "cnn",
@@ -206,12 +206,14 @@ pub fn cnn_job(out: &Path, extra: &[&str]) -> Vec<String> {
         "--seed",
         "3",
         "--quiet",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.push(out.display().to_string());
+    ];
+    with_out(&flags, out, extra)
+}
+
+/// `flags`, then `--out out`, then `extra` replacing any of them.
+pub fn with_out(flags: &[&str], out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+    v.extend(["--out".to_string(), out.display().to_string()]);
     overridden(v, extra)
 }
 
@@ -311,7 +313,8 @@ pub fn rank_pid(root: u32, rank: usize) -> Option<u32> {
 /// `run` flags of a tiny deterministic CPU job: an MLP on 384 samples at global batch `batch`
 /// for `epochs` epochs, then `extra`.
 pub fn tiny_at(batch: u32, epochs: u32, out: &Path, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
+    let (batch, epochs) = (batch.to_string(), epochs.to_string());
+    let flags = [
         "run",
         "--model",
         "mlp",
@@ -329,19 +332,12 @@ pub fn tiny_at(batch: u32, epochs: u32, out: &Path, extra: &[&str]) -> Vec<Strin
         "warmup",
         "--set",
         "schedule.warmup_epochs=0.5",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.push(out.display().to_string());
-    v.extend([
-        "--global-batch".to_string(),
-        batch.to_string(),
-        "--epochs".to_string(),
-        epochs.to_string(),
-    ]);
-    overridden(v, extra)
+        "--global-batch",
+        &batch,
+        "--epochs",
+        &epochs,
+    ];
+    with_out(&flags, out, extra)
 }
 
 /// A PNG's width and height, after checking its signature and header chunk.
