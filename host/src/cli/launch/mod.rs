@@ -528,6 +528,48 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
             }
             return Ok(true);
         }
+        let next = Restart::decide(&a, &args, &job, &mut hosts, np, min_np, restarts);
+        restarts += 1;
+        let from = resume_from(&mut run, &job, next.step);
+        next.record(&job, restarts, np, started)?;
+        let on = match &next.dropped {
+            Some((file, _)) => format!(" (hostfile {} without the lost hosts)", file.display()),
+            None => String::new(),
+        };
+        eprintln!(
+            "launch: lost {} of {np} ranks; restart {restarts} of at most {}: {from} on {} rank(s){on}",
+            next.lost, args.max_restarts, next.left
+        );
+        np = next.left;
+    }
+}
+
+/// What a failed attempt leaves the next one: the ranks and hosts lost, the checkpoint to
+/// resume and the ranks left.
+struct Restart {
+    losses: Vec<Loss>,
+    /// The ranks and hosts lost, in words.
+    lost: String,
+    /// The newest checkpoint's step.
+    step: Option<u64>,
+    left: u32,
+    /// The next attempt's hostfile and the slots the dropped hosts had.
+    dropped: Option<(PathBuf, u32)>,
+}
+
+impl Restart {
+    /// The restart after attempt `a` on `np` ranks, or the launcher's exit with the reason
+    /// there is none: no rank lost (the failure is the run's own), `--max-restarts` spent,
+    /// fewer than `--min-np` left, or a global batch the ranks left cannot share.
+    fn decide(
+        a: &Attempt,
+        args: &LaunchArgs,
+        job: &Job,
+        hosts: &mut hostfile::Hosts,
+        np: u32,
+        min_np: u32,
+        restarts: u32,
+    ) -> Restart {
         let (losses, lost_hosts) = lost(&a.seen, np);
         if losses.is_empty() && lost_hosts.is_empty() {
             fail(
@@ -589,50 +631,59 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
                 ),
             );
         }
-        restarts += 1;
-        let from = match step {
-            Some(s) => {
-                if job.resume.as_deref() != Some(job.out.as_path()) {
-                    // Replaced, not appended: a flag given twice is refused.
-                    drop_flag(&mut run, "--resume");
-                    run.extend(["--resume".into(), job.out.clone().into_os_string()]);
-                }
-                format!(
-                    "resuming from step {s} (the newest checkpoint in {})",
-                    job.out.display()
-                )
-            }
-            None => format!(
-                "starting over ({} holds no checkpoint yet)",
-                job.out.display()
-            ),
-        };
+        Restart {
+            losses,
+            lost,
+            step,
+            left,
+            dropped,
+        }
+    }
+
+    /// Appends restart number `attempt` to the run's metrics.jsonl.
+    fn record(&self, job: &Job, attempt: u32, np: u32, started: Instant) -> Result<()> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         record_restart(
             &job.out,
             RestartRecord {
-                attempt: restarts,
-                lost_ranks: losses.iter().map(|l| l.rank).collect(),
-                signal: losses.iter().find_map(|l| l.signal.as_ref().map(|s| s.0)),
+                attempt,
+                lost_ranks: self.losses.iter().map(|l| l.rank).collect(),
+                signal: self
+                    .losses
+                    .iter()
+                    .find_map(|l| l.signal.as_ref().map(|s| s.0)),
                 world_size_before: np,
-                world_size_after: left,
-                resumed_step: step.unwrap_or(0),
+                world_size_after: self.left,
+                resumed_step: self.step.unwrap_or(0),
                 unix_s: now,
                 elapsed_s: started.elapsed().as_secs_f64(),
             },
-            step.is_none() && job.resume.is_none(),
-        )?;
-        let on = match &dropped {
-            Some((file, _)) => format!(" (hostfile {} without the lost hosts)", file.display()),
-            None => String::new(),
-        };
-        eprintln!(
-            "launch: lost {lost} of {np} ranks; restart {restarts} of at most {}: {from} on {left} rank(s){on}",
-            args.max_restarts
-        );
-        np = left;
+            self.step.is_none() && job.resume.is_none(),
+        )
+    }
+}
+
+/// Points the next attempt's `run` at the newest checkpoint, if there is one; the words that
+/// say where it starts.
+fn resume_from(run: &mut Vec<OsString>, job: &Job, step: Option<u64>) -> String {
+    match step {
+        Some(s) => {
+            if job.resume.as_deref() != Some(job.out.as_path()) {
+                // Replaced, not appended: a flag given twice is refused.
+                drop_flag(run, "--resume");
+                run.extend(["--resume".into(), job.out.clone().into_os_string()]);
+            }
+            format!(
+                "resuming from step {s} (the newest checkpoint in {})",
+                job.out.display()
+            )
+        }
+        None => format!(
+            "starting over ({} holds no checkpoint yet)",
+            job.out.display()
+        ),
     }
 }
 
