@@ -191,7 +191,8 @@ pub fn fit(points: &[(f64, f64)]) -> Result<Fit> {
     if !(beta.is_finite() && beta > 0.0) {
         bail!(
             "cannot fit α, β: the times do not grow with message size (slope {beta:e} s/B); \
-             measure larger sizes"
+             measure larger sizes (--sizes) with more repetitions (--reps), or on a machine \
+             whose cores the ranks do not share with other work"
         );
     }
     let latency_bound: Vec<(f64, f64)> = points
