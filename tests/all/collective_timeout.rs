@@ -27,6 +27,17 @@ fn job(out: &Path) -> Vec<String> {
     cnn_job(out, &flags)
 }
 
+/// The job under `mpirun -np 2`, its output in files in `dir`.
+fn under_mpirun(dir: &Path, out: &Path) -> Child {
+    let bin = env!("CARGO_BIN_EXE_lsgd-host").to_string();
+    let mut args: Vec<String> = ["--oversubscribe", "--bind-to", "none", "-np", "2", &bin]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(job(out));
+    spawn_logged("mpirun", &args, dir)
+}
+
 /// Whether `pid` is a stopped process (the frozen rank, not a later process given its pid).
 fn stopped(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -80,13 +91,7 @@ fn a_frozen_rank_ends_the_job_with_a_collective_timeout_report_instead_of_a_hang
     }
     let dir = scratch("collective-timeout");
     let out = dir.join("run");
-    let bin = env!("CARGO_BIN_EXE_lsgd-host").to_string();
-    let mut args: Vec<String> = ["--oversubscribe", "--bind-to", "none", "-np", "2", &bin]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(job(&out));
-    let mut child = spawn_logged("mpirun", &args, &dir);
+    let mut child = under_mpirun(&dir, &out);
     let frozen = freeze_rank_1(&mut child, &dir, &out);
     let stopped = Instant::now();
     let (code, stderr) = finish(child, &dir, frozen, Duration::from_secs(60));
@@ -166,4 +171,33 @@ fn a_frozen_rank_under_launch_is_dropped_and_the_job_finishes_on_the_rank_that_r
     assert_eq!((r.world_size_before, r.world_size_after), (2, 1));
     let steps: Vec<u64> = steps(&out).iter().map(|s| s.step).collect();
     assert_eq!(steps, (0..20).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_job_stopped_and_continued_whole_is_no_collective_timeout() {
+    // As when a machine is suspended, or mpirun continues a rank it stopped: the 6 s without
+    // running are no peer's silence, so no rank reports and the job finishes.
+    if no_mpirun() {
+        return;
+    }
+    let dir = scratch("collective-timeout-paused");
+    let out = dir.join("run");
+    let mut child = under_mpirun(&dir, &out);
+    await_checkpoint(&mut child, &dir.join("stderr"), &out);
+    let rank = |r| rank_pid(child.id(), r).unwrap_or_else(|| panic!("a process of rank {r}"));
+    let (rank_0, rank_1) = (rank(0), rank(1));
+    // Rank 0 first: within a step (well under the 3 s) rank 1 waits on it in the all-reduce,
+    // and is stopped there.
+    signal(rank_0, "-STOP");
+    std::thread::sleep(Duration::from_secs(1));
+    signal(rank_1, "-STOP");
+    std::thread::sleep(Duration::from_secs(6));
+    // Rank 1 first: its watchdog wakes at once, while rank 0 has its step to finish before
+    // it sends.
+    signal(rank_1, "-CONT");
+    signal(rank_0, "-CONT");
+    let (code, stderr) = finish(child, &dir, rank_1, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("collective timeout"), "{stderr}");
+    assert_eq!(steps(&out).len(), 20);
 }

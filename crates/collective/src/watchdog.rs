@@ -133,8 +133,9 @@ impl Watch {
         self.word.store(0, SeqCst);
     }
 
-    /// The call in progress, when it has made no progress for `timeout_ms` at `now_ms`.
-    fn stalled_at(&self, now_ms: u64, timeout_ms: u64) -> Option<Stall> {
+    /// The call in progress, when it has made no progress for `timeout_ms` at `now_ms`,
+    /// counting from `running_since_ms` at the earliest (the end of a pause of this process).
+    fn stalled_at(&self, now_ms: u64, timeout_ms: u64, running_since_ms: u64) -> Option<Stall> {
         let word = self.word.load(SeqCst);
         let comm = self.comm.load(SeqCst);
         // A step that began between the two loads may have changed `comm`: it is progress.
@@ -142,7 +143,7 @@ impl Watch {
             return None;
         }
         let op = Op((word >> 16) as u8);
-        let stuck_ms = now_ms.saturating_sub(word >> 24);
+        let stuck_ms = now_ms.saturating_sub((word >> 24).max(running_since_ms));
         if op.0 == 0 || stuck_ms < timeout_ms {
             return None;
         }
@@ -278,16 +279,44 @@ pub(crate) fn start(timeout: Duration) {
     });
 }
 
+/// When this process last came back from a pause, from the watchdog's wakes: one far later
+/// than its poll asked for is time the process did not run (a SIGSTOP, which mpirun ends with
+/// SIGCONT when it tears a job down; a suspended machine). No peer was silent then, so a stall
+/// counts from the wake: a frozen rank that is continued does not report its peer.
+struct Pauses {
+    last_ms: u64,
+    running_since_ms: u64,
+}
+
+impl Pauses {
+    /// Records a wake at `now_ms` after a sleep of `poll_ms`; the end of the latest pause.
+    fn wake(&mut self, now_ms: u64, poll_ms: u64, timeout_ms: u64) -> u64 {
+        // Late by more than the linger: more than a loaded machine delays a sleeping thread.
+        let late = linger(Duration::from_millis(timeout_ms)).as_millis() as u64;
+        if now_ms.saturating_sub(self.last_ms) > poll_ms + late {
+            self.running_since_ms = now_ms;
+        }
+        self.last_ms = now_ms;
+        self.running_since_ms
+    }
+}
+
 /// The watchdog thread: polls often enough to end a rank within a tenth of the timeout.
 fn watch() {
+    let mut pauses = Pauses {
+        last_ms: now_ms(),
+        running_since_ms: 0,
+    };
     loop {
         let timeout_ms = TIMEOUT_MS.load(SeqCst);
         let poll = (timeout_ms / 10).clamp(50, 1000);
         std::thread::sleep(Duration::from_millis(poll));
+        let now = now_ms();
+        let running_since = pauses.wake(now, poll, timeout_ms);
         if timeout_ms == 0 {
             continue;
         }
-        let Some(stall) = WATCH.stalled_at(now_ms(), timeout_ms) else {
+        let Some(stall) = WATCH.stalled_at(now, timeout_ms, running_since) else {
             continue;
         };
         let line = report(stall).to_string();
@@ -433,30 +462,60 @@ mod tests {
     #[test]
     fn a_call_is_stalled_only_past_the_timeout_since_its_last_progress() {
         let w = Watch::new();
-        assert_eq!(w.stalled_at(10_000, 100), None, "in no call");
+        assert_eq!(w.stalled_at(10_000, 100, 0), None, "in no call");
         w.enter_at(Op::all_reduce(Algorithm::Ring), None, 1_000);
-        assert_eq!(w.stalled_at(1_099, 100), None);
-        let s = w.stalled_at(1_100, 100).unwrap();
+        assert_eq!(w.stalled_at(1_099, 100, 0), None);
+        let s = w.stalled_at(1_100, 100, 0).unwrap();
         assert_eq!(
             (s.op.name(), s.peer, s.stuck_ms),
             ("ring all-reduce", None, 100)
         );
         // Each point-to-point step is progress, and names its peer and communicator.
         w.progress_at(7, 3, 1_090);
-        assert_eq!(w.stalled_at(1_150, 100), None);
-        let s = w.stalled_at(1_200, 100).unwrap();
+        assert_eq!(w.stalled_at(1_150, 100, 0), None);
+        let s = w.stalled_at(1_200, 100, 0).unwrap();
         assert_eq!((s.op, s.peer, s.stuck_ms), (Op(2), Some((7, 3)), 110));
         w.leave();
-        assert_eq!(w.stalled_at(1_000_000, 100), None, "the call returned");
+        assert_eq!(w.stalled_at(1_000_000, 100, 0), None, "the call returned");
         // Outside a marked call, a step marks nothing.
         w.progress_at(7, 3, 0);
-        assert_eq!(w.stalled_at(1_000_000, 100), None);
+        assert_eq!(w.stalled_at(1_000_000, 100, 0), None);
         // A new call forgets the last one's communicator.
         w.enter_at(Op::BROADCAST, Some(0), 2_000);
-        let s = w.stalled_at(5_000, 100).unwrap();
+        let s = w.stalled_at(5_000, 100, 0).unwrap();
         assert_eq!((s.op.name(), s.peer), ("broadcast", Some((0, 0))));
         w.enter_at(Op::BARRIER, Some(usize::MAX), 2_000);
-        assert_eq!(w.stalled_at(5_000, 100).unwrap().peer, None);
+        assert_eq!(w.stalled_at(5_000, 100, 0).unwrap().peer, None);
+    }
+
+    #[test]
+    fn a_pause_of_this_process_is_not_a_peers_silence() {
+        let w = Watch::new();
+        w.enter_at(Op::all_reduce(Algorithm::Ring), Some(1), 1_000);
+        // Timeout 3 s: polls of 300 ms, a linger of 1.5 s.
+        let mut p = Pauses {
+            last_ms: 1_000,
+            running_since_ms: 0,
+        };
+        assert_eq!(p.wake(1_300, 300, 3_000), 0);
+        // A loaded machine wakes the thread late, but by less than the linger.
+        assert_eq!(p.wake(2_900, 300, 3_000), 0);
+        // Stopped from 2.9 s to 9 s: the call has waited 8 s, but ran for none of the pause.
+        let since = p.wake(9_000, 300, 3_000);
+        assert_eq!(since, 9_000);
+        assert_eq!(w.stalled_at(9_000, 3_000, since), None);
+        assert_eq!(
+            w.stalled_at(11_900, 3_000, p.wake(11_900, 2_900, 3_000)),
+            None
+        );
+        let s = w
+            .stalled_at(12_000, 3_000, p.wake(12_000, 300, 3_000))
+            .unwrap();
+        assert_eq!(s.stuck_ms, 3_000, "counted from the end of the pause");
+        // Progress after the pause counts from itself.
+        w.progress_at(0, 1, 12_500);
+        assert_eq!(w.stalled_at(15_400, 3_000, since), None);
+        assert!(w.stalled_at(15_500, 3_000, since).is_some());
     }
 
     #[test]
@@ -475,7 +534,7 @@ mod tests {
         set_ranks(1, vec!["h1".into(), "h2".into()]);
         let _busy = enter(Op::RECEIVE, Some(0));
         std::thread::sleep(Duration::from_millis(30));
-        let stall = WATCH.stalled_at(now_ms(), 20).expect("stuck for 30 ms");
+        let stall = WATCH.stalled_at(now_ms(), 20, 0).expect("stuck for 30 ms");
         note_checkpoint(4, Path::new("out/x"));
         let line = report(stall).to_string();
         assert!(
@@ -486,7 +545,7 @@ mod tests {
             "{line}"
         );
         drop(_busy);
-        assert_eq!(WATCH.stalled_at(now_ms() + 10_000, 20), None);
+        assert_eq!(WATCH.stalled_at(now_ms() + 10_000, 20, 0), None);
         ENABLED.store(false, SeqCst);
     }
 
