@@ -246,7 +246,9 @@ fn calibration_text(link: &str, c: Calibration) -> String {
             let _ = write!(text, ", {:.0}% of the link's rate).", 100.0 * share);
             // TCP/IP headers and tbf's bursts keep a link that sets the pace near 90-95%.
             if share < 0.75 {
-                text += " The ranks' CPUs, not the emulated link, set this rate: the lab                          shared the machine's cores with other work, so its figures are                          those of a slower link; rerun on a quiet machine.";
+                text += " The ranks' CPUs, not the emulated link, set this rate: the lab \
+                         shared the machine's cores with other work, so its figures are \
+                         those of a slower link; rerun on a quiet machine.";
             }
         }
         None => text += ").",
@@ -580,7 +582,11 @@ mod tests {
         let cpu_paced = at(12.05e-9);
         assert!(cpu_paced.contains("66% of the link's rate"), "{cpu_paced}");
         assert!(
-            cpu_paced.contains("CPUs, not the emulated link"),
+            cpu_paced.ends_with(
+                "(664 Mbit/s, 66% of the link's rate). The ranks' CPUs, not the emulated link, \
+                 set this rate: the lab shared the machine's cores with other work, so its \
+                 figures are those of a slower link; rerun on a quiet machine.\n"
+            ),
             "{cpu_paced}"
         );
         let unknown = calibration_text(
