@@ -151,8 +151,7 @@ pub fn run_app(n: usize) -> Vec<String> {
 
 /// `-np N lsgd-host run` with the small cnn job's flags plus `extra`.
 pub fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
-    let mut v = run_app(n);
-    for a in [
+    let flags = [
         "--model",
         "cnn",
         "--train-subset",
@@ -175,12 +174,11 @@ pub fn ranks(n: usize, out: &Path, extra: &[&str]) -> Vec<String> {
         "schedule.warmup_epochs=0.5",
         "--consistency-every",
         "2",
-        "--out",
-    ] {
-        v.push(a.to_string());
-    }
-    v.push(out.display().to_string());
-    overridden(v, extra)
+    ];
+    // `run_app`'s `-np N` is no `--flag`: `extra` overrides only the run's own flags.
+    let mut v = run_app(n);
+    v.extend(with_out(&flags, out, extra));
+    v
 }
 
 /// `run` of a 1-epoch cnn job of 20 steps at global batch 60 (divisible by 3, 2 and 1 ranks),
