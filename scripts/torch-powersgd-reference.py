@@ -24,6 +24,7 @@ empty without). Floats are Python reprs, which read back exactly.
 """
 
 import json
+import os
 import pathlib
 import sys
 
@@ -105,7 +106,9 @@ def rank_main(rank, spec, out_dir, store):
         steps.append({"p_hat": p_hat, "q": q, "out": floats(out), "error": floats(error)})
     (pathlib.Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(steps))
     dist.barrier()
-    dist.destroy_process_group()
+    # Not destroy_process_group and a normal exit: gloo's worker threads outlive the group and
+    # may abort the interpreter's finalization (lsgd_torch.exit_ranks says how).
+    os._exit(0)
 
 
 def main():

@@ -87,7 +87,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "host" / "bench"))
-from pytorch_ddp import without_buffer_sync  # noqa: E402
+from pytorch_ddp import exit_ranks, without_buffer_sync  # noqa: E402
 from pytorch_train import cnn, find, read_idx  # noqa: E402
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
@@ -457,7 +457,9 @@ def main():
         final = named_state(model, names)
         if a.out:
             write_safetensors(os.path.join(a.out, "weights.safetensors"), final)
-            json.dump(summary, open(os.path.join(a.out, "summary.json"), "w"), indent=1)
+            # Closed here: exit_ranks leaves without finalizing, so nothing is closed for us.
+            with open(os.path.join(a.out, "summary.json"), "w") as f:
+                json.dump(summary, f, indent=1)
             metrics.close()
         if a.compare:
             compare(a.compare, steps, evals, a.show_steps)
@@ -468,7 +470,7 @@ def main():
             print(f"final weights vs {a.compare_weights}: bit-identical {identical}, "
                   f"max |diff| {max(diffs.values()):.3e} ({max(diffs, key=diffs.get)})")
         print(json.dumps(summary), flush=True)
-    dist.destroy_process_group()
+    exit_ranks()
 
 
 if __name__ == "__main__":

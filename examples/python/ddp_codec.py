@@ -96,7 +96,8 @@ def main():
         if dist.get_rank() == 0:
             print(f"{label}: accuracy {accuracy:.2f}% after {args.steps} steps, "
                   f"{sent:.0f} bytes/step sent per rank", flush=True)
-    dist.destroy_process_group()
+    # Not destroy_process_group: gloo may abort at interpreter exit (docs/pytorch.md, "Ending").
+    lsgd_torch.exit_ranks()
 
 
 if __name__ == "__main__":

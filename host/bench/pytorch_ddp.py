@@ -10,6 +10,8 @@ the same directory; the inputs are normalised as there.
 import argparse
 import inspect
 import json
+import os
+import sys
 import time
 
 import torch
@@ -58,6 +60,16 @@ def without_buffer_sync():
     if "forward_sync_buffers" in inspect.signature(DDP).parameters:
         return {"forward_sync_buffers": False}
     return {"broadcast_buffers": False}
+
+
+def exit_ranks():
+    """Ends every rank together without finalizing the interpreter: torch's gloo worker threads
+    outlive destroy_process_group and may abort the exit (lsgd_torch.exit_ranks, which this
+    PyTorch-only script does not import, says how)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    dist.barrier()
+    os._exit(0)
 
 
 def main():
@@ -140,7 +152,7 @@ def main():
             "threads": torch.get_num_threads(),
             "hook": a.hook,
         }), flush=True)
-    dist.destroy_process_group()
+    exit_ranks()
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from lsgd_torch import CodecState, codec_hook
+from lsgd_torch import CodecState, codec_hook, exit_ranks
 
 SIDE = 1024
 RANK = 2  # PowerSGD's matrix rank, for PyTorch's hook and the plugin alike
@@ -125,7 +125,7 @@ def main():
             print(f"{label:<24}{best[label]:>10.1f}{best[label] / base:>13.2f}{b:>17}"
                   f"{4 * floats / b:>8.1f}")
         print("* its layers in one bucket: powerSGD_hook hangs on gloo with several in flight")
-    dist.destroy_process_group()
+    exit_ranks()
 
 
 if __name__ == "__main__":

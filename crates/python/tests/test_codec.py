@@ -468,7 +468,8 @@ TWO_RANKS = textwrap.dedent(
             # this test checks is the report and that nothing hangs, so the rank ends at once.
             report.close()
             os._exit(0)
-    dist.destroy_process_group()
+    report.close()
+    lsgd_torch.exit_ranks()
     """
 )
 

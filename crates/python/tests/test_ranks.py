@@ -8,7 +8,6 @@ import textwrap
 from conftest import torchrun
 
 SCRIPT = textwrap.dedent("""
-    import os
     import sys
     import torch, torch.distributed as dist
     import lsgd_torch as lt
@@ -33,12 +32,8 @@ SCRIPT = textwrap.dedent("""
         print(f"rank {rank}: same")
     except lt.RanksDiffer as e:
         print(f"rank {rank}: {e}")
-    # Ends without tearing gloo down: its C++ destructors at exit may abort ("terminate called
-    # without an active exception", as in test_codec.py); the barrier keeps a rank from leaving
-    # while the other still talks to it.
-    sys.stdout.flush()
-    dist.barrier()
-    os._exit(0)
+    # Unflushed: exit_ranks flushes (the test reads both ranks' lines).
+    lt.exit_ranks()
 """)
 
 
@@ -62,3 +57,12 @@ def test_check_ranks_passes_the_same_plugins_and_names_the_rank_that_differs(tmp
     assert "schedule: rank 1 is at step 11, rank 0 at step 10" in out, out
     out = run(tmp_path, "state")
     assert "schedule: rank 1's state at step 10 differs from rank 0's" in out, out
+
+
+def test_exit_ranks_flushes_and_exits_with_its_code_outside_a_group():
+    # stdout is a pipe here, so block-buffered: the line arrives only if exit_ranks flushed it.
+    done = subprocess.run(
+        [sys.executable, "-c", "import lsgd_torch; print('unflushed'); lsgd_torch.exit_ranks(3)"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (3, "unflushed\n"), done.stderr[-3000:]

@@ -9,6 +9,7 @@ the sandbox's limits and the codecs' seeds are lsgd-host's own runtime (``lsgd_t
 - ``WasmLayerRate``: LARS/LAMB-style per-tensor rates around an SGD or AdamW;
 - ``CodecState``, ``codec_hook``: a codec plugin as a DDP comm hook, with error feedback;
 - ``check_ranks``: every rank runs the same plugins at the same step and state;
+- ``exit_ranks``: ends a gloo job's ranks without torch's abort at interpreter exit;
 - ``PluginFault``: a plugin's fault (trap, fuel, deadline, invalid output), never a crash.
 """
 
@@ -17,7 +18,7 @@ from .comm import CodecState, codec_hook
 from .errors import PluginFault
 from .layer_rate import WasmLayerRate
 from .policies import WasmBatchSize, WasmLabelSmoothing
-from .ranks import RanksDiffer, check_ranks
+from .ranks import RanksDiffer, check_ranks, exit_ranks
 from .scheduler import WasmLR
 
 __all__ = [
@@ -32,5 +33,6 @@ __all__ = [
     "blake3_hex",
     "check_ranks",
     "codec_hook",
+    "exit_ranks",
     "sample_bucket",
 ]

@@ -1,6 +1,9 @@
 """``check_ranks``: the proof that every rank runs the same policies, at the same step, in the
 same state, which no scheduler or comm-hook library gives."""
 
+import os
+import sys
+
 import torch.distributed as dist
 
 from ._plugins import live
@@ -69,3 +72,18 @@ def check_ranks(group=None):
     if problems:
         raise RanksDiffer(problems)
     return mine
+
+
+def exit_ranks(code=0, group=None):
+    """Ends this rank's process with ``code`` once every rank of ``group`` has called it:
+    flushes standard output and error, waits at a barrier, then leaves without finalizing the
+    interpreter (``os._exit``), so close the files you wrote first.
+    torch 2.13's gloo worker threads outlive ``destroy_process_group``; one that drops a
+    finished collective's tensors while the interpreter finalizes cannot take the GIL, and the
+    process aborts ("terminate called without an active exception"), now and then, more often
+    on a loaded machine. A collective: every rank calls it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier(group)
+    os._exit(code)
