@@ -153,8 +153,18 @@ pub fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            print_error(&e);
             ExitCode::from(2)
         }
     }
+}
+
+/// Prints `error: …` to standard error in one write. Under mpirun every rank may print the
+/// same error, and `eprintln!` writes each formatted piece on its own (ten writes for "torus
+/// shape 2x2 needs 4 ranks, …"), so two ranks' pieces interleaved into one garbled line.
+fn print_error(e: &anyhow::Error) {
+    use std::io::Write;
+    let line = format!("error: {e:#}\n");
+    // Nothing left to tell if standard error itself is gone.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
