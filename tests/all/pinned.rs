@@ -97,7 +97,8 @@ const PINS: &[(Option<Cpu>, [&str; 4])] = &[
     ),
 ];
 
-/// This machine's CPU model and whether it has AVX-512 (the `avx512f` flag).
+/// This machine's CPU model (without its clock) and whether it has AVX-512 (the `avx512f`
+/// flag).
 fn cpu_model() -> (String, bool) {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let field = |name: &str| {
@@ -105,7 +106,12 @@ fn cpu_model() -> (String, bool) {
             .find_map(|l| l.strip_prefix(name))
             .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
     };
-    let model = field("model name").unwrap_or_else(|| "unknown".to_string());
+    // The clock is no part of the model: "Intel(R) Xeon(R) Processor @ 2.50GHz" (Cascade Lake,
+    // family 6 model 85) ends with the hashes of "Intel(R) Xeon(R) Processor".
+    let model = field("model name").map_or_else(
+        || "unknown".to_string(),
+        |m| m.split(" @ ").next().unwrap_or_default().to_string(),
+    );
     let avx512 = field("flags").is_some_and(|f| f.split(' ').any(|flag| flag == "avx512f"));
     (model, avx512)
 }
