@@ -91,7 +91,13 @@ fn files_ending(out: &Path, suffix: &str) -> Vec<String> {
 /// Stalls the tiny job at `phase` of step 5's checkpoint, kills it there, resumes: the resume
 /// must say it used `expected` and end with the straight run's weights.
 fn killed_at(phase: &str, expected: &str) {
-    let out = scratch(&format!("ckpt-phase-{phase}"));
+    killed_at_then(phase, expected, "", |_| {});
+}
+
+/// [`killed_at`], with `damage` done to the run directory between the kill and the resume;
+/// returns the run directory.
+fn killed_at_then(phase: &str, expected: &str, name: &str, damage: impl FnOnce(&Path)) -> PathBuf {
+    let out = scratch(&format!("ckpt-phase-{phase}{name}"));
     let started = Instant::now();
     let mut child: Child = command(&tiny(&out, &["--checkpoint-every", "1"]))
         .env(checkpoint::STALL_ENV, format!("{phase}:60000:5"))
@@ -109,6 +115,7 @@ fn killed_at(phase: &str, expected: &str) {
     let status = child.wait().unwrap();
     assert!(!status.success());
     let killed = started.elapsed();
+    damage(&out);
 
     let o = run(&tiny(
         &out,
@@ -136,11 +143,33 @@ fn killed_at(phase: &str, expected: &str) {
         killed.as_secs_f64(),
         e.lines().find(|l| l.starts_with("resume: using")).unwrap()
     );
+    out
 }
 
 #[test]
 fn kill_while_the_tensors_are_written_resumes_from_the_previous_checkpoint() {
     killed_at("tensors-written", "checkpoint-00000004.json");
+}
+
+#[test]
+fn a_torn_last_metrics_line_does_not_stop_the_resume() {
+    // What a kill between two flushes leaves: the last record cut off mid-line.
+    let tear = |out: &Path| {
+        let path = out.join("metrics.jsonl");
+        let text = std::fs::read(&path).unwrap();
+        assert!(
+            text.ends_with(b"}\n"),
+            "metrics.jsonl ends in a whole record"
+        );
+        std::fs::write(&path, &text[..text.len() - 20]).unwrap();
+    };
+    let out = killed_at_then("tensors-written", "checkpoint-00000004.json", "-torn", tear);
+    let done: Vec<u64> = steps(&out).iter().map(|s| s.step).collect();
+    assert_eq!(
+        done,
+        (0..12).collect::<Vec<u64>>(),
+        "each step recorded once"
+    );
 }
 
 #[test]

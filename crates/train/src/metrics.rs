@@ -8,7 +8,7 @@
 //! Every record written here also goes to a TensorBoard event file ([`crate::tensorboard`]).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -223,16 +223,22 @@ fn one() -> f64 {
 }
 const EVAL_HEADER: &str = "step,epoch,test_loss,test_acc,elapsed_s";
 
-/// Reads every record of a metrics.jsonl file.
+/// Reads every record of a metrics.jsonl file. A last line without its newline that is not a
+/// whole record is what a writer killed mid-record left (`kill -9` between two flushes): it is
+/// dropped, as `launch` drops it, since the step it described is past every checkpoint. Any
+/// other line that is not a record is an error naming the file and line.
 pub fn read(path: &Path) -> Result<Vec<Record>> {
-    let file = File::open(path).map_err(Error::io(format!("cannot open {}", path.display())))?;
-    BufReader::new(file)
+    let bytes = fs::read(path).map_err(Error::io(format!("cannot read {}", path.display())))?;
+    let whole = whole_lines(&bytes);
+    let text = std::str::from_utf8(whole)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        .map_err(Error::io(format!("{}: not UTF-8 text", path.display())))?;
+    let mut records = text
         .lines()
         .enumerate()
-        .filter(|(_, l)| !matches!(l, Ok(text) if text.trim().is_empty()))
+        .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, line)| {
-            let line = line.map_err(Error::io(format!("cannot read {}", path.display())))?;
-            serde_json::from_str(&line).map_err(|source| Error::Json {
+            serde_json::from_str(line).map_err(|source| Error::Json {
                 context: format!(
                     "{}:{}: not a metrics record (expected a JSON object with \"kind\": \"step\", \"eval\", \"restart\" or \"policy-change\")",
                     path.display(),
@@ -241,7 +247,18 @@ pub fn read(path: &Path) -> Result<Vec<Record>> {
                 source,
             })
         })
-        .collect()
+        .collect::<Result<Vec<Record>>>()?;
+    let tail = &bytes[whole.len()..];
+    if let Ok(last) = serde_json::from_slice::<Record>(tail) {
+        records.push(last);
+    }
+    Ok(records)
+}
+
+/// The part of a metrics file up to and including its last newline: the records written whole.
+pub fn whole_lines(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    &bytes[..end]
 }
 
 /// Appends records to the metrics files of a run directory.
@@ -334,38 +351,45 @@ impl MetricsWriter {
         self.events.write(record).map_err(self.events.error())
     }
 
+    /// Hands each line to its writer in one piece: a buffer that fills mid-record would
+    /// otherwise write the record's first half, and a kill before the next flush tore it.
     fn append(&mut self, record: &Record) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.jsonl, record)?;
-        self.jsonl.write_all(b"\n")?;
+        let mut line = serde_json::to_vec(record)?;
+        line.push(b'\n');
+        self.jsonl.write_all(&line)?;
         if let Some((steps, evals)) = &mut self.csv {
             match record {
-                Record::Step(s) => writeln!(
-                    steps,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                    s.step,
-                    s.epoch,
-                    s.lr,
-                    s.global_batch,
-                    s.micro_batches,
-                    s.label_smoothing,
-                    s.loss,
-                    s.samples_per_s,
-                    s.compute_s,
-                    s.communication_s,
-                    s.bytes_sent,
-                    s.payload_bytes,
-                    s.compression_ratio,
-                    s.policy_s,
-                    s.loss_scale.map(|v| v.to_string()).unwrap_or_default(),
-                    u8::from(s.skipped),
-                    s.worker.map(|v| v.to_string()).unwrap_or_default(),
-                    s.staleness.map(|v| v.to_string()).unwrap_or_default(),
-                    s.momentum.map(|v| v.to_string()).unwrap_or_default()
+                Record::Step(s) => steps.write_all(
+                    format!(
+                        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                        s.step,
+                        s.epoch,
+                        s.lr,
+                        s.global_batch,
+                        s.micro_batches,
+                        s.label_smoothing,
+                        s.loss,
+                        s.samples_per_s,
+                        s.compute_s,
+                        s.communication_s,
+                        s.bytes_sent,
+                        s.payload_bytes,
+                        s.compression_ratio,
+                        s.policy_s,
+                        s.loss_scale.map(|v| v.to_string()).unwrap_or_default(),
+                        u8::from(s.skipped),
+                        s.worker.map(|v| v.to_string()).unwrap_or_default(),
+                        s.staleness.map(|v| v.to_string()).unwrap_or_default(),
+                        s.momentum.map(|v| v.to_string()).unwrap_or_default()
+                    )
+                    .as_bytes(),
                 )?,
-                Record::Eval(e) => writeln!(
-                    evals,
-                    "{},{},{},{},{}",
-                    e.step, e.epoch, e.test_loss, e.test_acc, e.elapsed_s
+                Record::Eval(e) => evals.write_all(
+                    format!(
+                        "{},{},{},{},{}\n",
+                        e.step, e.epoch, e.test_loss, e.test_acc, e.elapsed_s
+                    )
+                    .as_bytes(),
                 )?,
                 // The CSV files hold the training only.
                 Record::Restart(_) | Record::PolicyChange(_) => {}
@@ -424,6 +448,35 @@ mod tests {
             test_acc: 0.5,
             elapsed_s: 1.0,
         })
+    }
+
+    #[test]
+    fn a_torn_last_line_is_dropped_and_a_torn_earlier_one_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("lsgd-metrics-torn-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metrics.jsonl");
+        let line = |step| serde_json::to_string(&eval(step)).unwrap();
+        let (a, b) = (line(1), line(2));
+        let torn = &b[..b.len() / 2];
+        fs::write(&path, format!("{a}\n{torn}")).unwrap();
+        assert_eq!(read(&path).unwrap(), [eval(1)]);
+        // Whole but for its newline: a record, kept.
+        fs::write(&path, format!("{a}\n{b}")).unwrap();
+        assert_eq!(read(&path).unwrap(), [eval(1), eval(2)]);
+        fs::write(&path, format!("{a}\n{torn}\n{b}\n")).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.ends_with("metrics.jsonl:2: not a metrics record (expected a JSON object with \"kind\": \"step\", \"eval\", \"restart\" or \"policy-change\")"), "{e}");
+        // A resume keeps the whole records and leaves a file without the torn line.
+        fs::write(&path, format!("{a}\n{b}\n{torn}")).unwrap();
+        let resumed = Resumed {
+            step: 5,
+            plugins: Vec::new(),
+            epochs: 1,
+        };
+        drop(MetricsWriter::open(&dir, false, Some(&resumed)).unwrap());
+        assert_eq!(fs::read_to_string(&path).unwrap(), format!("{a}\n{b}\n"));
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

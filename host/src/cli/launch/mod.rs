@@ -33,7 +33,7 @@ use clap::Args;
 use crate::collective::watchdog::{self, Report};
 use crate::train::checkpoint;
 use crate::train::config::Mode;
-use crate::train::metrics::{Record, RestartRecord};
+use crate::train::metrics::{self, Record, RestartRecord};
 
 /// Arguments of `launch`.
 #[derive(Args, Debug)]
@@ -465,15 +465,15 @@ fn record_restart(out: &Path, record: RestartRecord, from_scratch: bool) -> Resu
     let path = out.join("metrics.jsonl");
     fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let old = fs::read(&path).unwrap_or_default();
-    let whole = old.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let whole = metrics::whole_lines(&old);
     let mut text: Vec<u8> = if from_scratch {
-        String::from_utf8_lossy(&old[..whole])
+        String::from_utf8_lossy(whole)
             .lines()
             .filter(|l| matches!(serde_json::from_str(l), Ok(Record::Restart(_))))
             .flat_map(|l| format!("{l}\n").into_bytes())
             .collect()
     } else {
-        old[..whole].to_vec()
+        whole.to_vec()
     };
     serde_json::to_writer(&mut text, &Record::Restart(record)).context("restart record")?;
     text.push(b'\n');
