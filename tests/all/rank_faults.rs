@@ -441,3 +441,48 @@ fn kill_9_of_a_rank_waiting_in_the_all_reduce_ends_the_job_and_its_checkpoint_re
 fn kill_9_of_a_rank_in_its_compute_ends_the_job_and_its_checkpoint_resumes() {
     kill_one_rank("rank-fault-kill-mid-step", 2);
 }
+
+/// The 2-rank job with `obstacle` made a directory in its run directory, where rank 0 alone
+/// writes a file of that name: rank 0's write fails, and the job must end well within
+/// [`BOUND`], under a collective timeout longer than it, with rank 0's own error.
+fn rank_0_cannot_write(name: &str, obstacle: &str, extra: &[&str]) -> (Ended, PathBuf) {
+    let out = scratch(name);
+    std::fs::create_dir_all(out.join(obstacle).join("in-the-way")).unwrap();
+    let flags = [&["--collective-timeout", "120"][..], extra].concat();
+    let o = mpirun(&[job(2, &out, &flags)]);
+    assert!(!o.status.success(), "{}", o.all());
+    let own = format!("cannot write {}", out.join(obstacle).display());
+    assert!(
+        o.rank_stderr(0).contains(&own),
+        "rank 0 did not print its own error ({own}):\n{}",
+        o.all()
+    );
+    assert!(!o.all().contains("collective timeout"), "{}", o.all());
+    eprintln!("{name}: ended after {:.2?}", o.took);
+    (o, out)
+}
+
+#[test]
+fn a_checkpoint_rank_0_cannot_write_stops_both_ranks_with_its_error() {
+    if no_mpirun() {
+        return;
+    }
+    let obstacle = "checkpoint-00000004.safetensors.tmp";
+    let (o, out) = rank_0_cannot_write("rank-0-ckpt", obstacle, &["--checkpoint-every", "4"]);
+    // Every rank stops at the same checkpoint with rank 0's words; none names a checkpoint.
+    let errors = o.errors(2);
+    assert!(errors[1].starts_with("rank 0: cannot write "), "{errors:?}");
+    assert_eq!(errors[1], format!("rank 0: {}", errors[0]));
+    assert!(!o.all().contains("resume with"), "{}", o.all());
+    assert_eq!(steps(&out).len(), 4, "the steps before the checkpoint");
+    assert!(!out.join("checkpoint.json").exists());
+}
+
+#[test]
+fn a_metrics_file_rank_0_cannot_write_reaches_the_user_at_once() {
+    if no_mpirun() {
+        return;
+    }
+    // Rank 0 alone fails at start-up while rank 1 goes on into the first collective.
+    rank_0_cannot_write("rank-0-metrics", "metrics.jsonl.tmp", &[]);
+}

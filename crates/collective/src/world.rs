@@ -45,6 +45,9 @@ pub(crate) struct Mpi {
     grid: Option<Grid>,
     nodes: Option<Nodes>,
     pub(crate) comm: SimpleCommunicator,
+    /// A duplicate of `comm` that only [`World::exit_after_error`] uses: its barrier cannot be
+    /// matched with a collective that a rank still going on is blocked in.
+    exit: SimpleCommunicator,
     scratch: Scratch,
     rank: usize,
     size: usize,
@@ -69,11 +72,13 @@ impl World {
         let universe = mpi::initialize().ok_or(Error::MpiInitialized)?;
         let comm = universe.world();
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+        let exit = comm.duplicate();
         let world = World {
             mpi: Some(Box::new(Mpi {
                 grid: None,
                 nodes: None,
                 comm,
+                exit,
                 scratch: Scratch::default(),
                 rank,
                 size,
@@ -94,6 +99,34 @@ impl World {
         if self.is_mpi() {
             watchdog::start(timeout);
         }
+    }
+
+    /// Ends this process with `code` after an error it has already printed. When every rank
+    /// ends with an error within `linger` (a failure the ranks agreed on), MPI finalizes as
+    /// usual. When some rank goes on (the error struck this rank alone, and the others wait
+    /// for it in a collective, where MPI_Finalize would wait for them in turn), the job is
+    /// aborted, so that it ends now rather than after the collective timeout.
+    pub fn exit_after_error(self, code: i32, linger: Duration) -> ! {
+        if let Some(mpi) = self.mpi.as_ref().filter(|m| m.size > 1) {
+            let deadline = Instant::now() + linger;
+            let mut barrier = mpi.exit.immediate_barrier();
+            loop {
+                match barrier.test() {
+                    Ok(_) => break,
+                    Err(pending) if Instant::now() < deadline => {
+                        barrier = pending;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    // MPI_Abort ends every rank; the request dies with the process.
+                    Err(pending) => {
+                        std::mem::forget(pending);
+                        mpi.comm.abort(code)
+                    }
+                }
+            }
+        }
+        drop(self);
+        std::process::exit(code)
     }
 
     /// An explicit single-process world (no MPI).

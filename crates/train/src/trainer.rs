@@ -681,15 +681,36 @@ impl<'w> Trainer<'w> {
     }
 
     /// Saves a checkpoint on rank 0 (every rank takes part: the codec state of all ranks goes
-    /// into it); returns its path.
+    /// into it); returns its path. In a synchronous run on several ranks, every rank learns
+    /// whether rank 0 wrote it, and fails with rank 0's error if not: a rank names only a
+    /// checkpoint that was written whole.
     pub fn save(&mut self, reason: &str) -> Result<PathBuf> {
         let codec_state = self.gradients.checkpoint_tensors(self.world)?;
+        let written = if self.world.is_root() {
+            self.write_checkpoint(reason, codec_state)
+        } else {
+            Ok(self.config.invocation.out.join(checkpoint::JSON_NAME))
+        };
+        let saved = if self.agrees() {
+            let mine = written.as_ref().err().map(ToString::to_string);
+            match (self.world.first_message(mine.as_deref())?, written) {
+                (Some((rank, message)), Ok(_)) => Err(Error::OnRank { rank, message }),
+                (_, written) => written,
+            }
+        } else {
+            written
+        }?;
+        self.note_checkpoint(saved.clone(), self.clock.step());
+        Ok(saved)
+    }
+
+    /// Writes rank 0's checkpoint of the state now, with every rank's `codec_state`.
+    fn write_checkpoint(
+        &mut self,
+        reason: &str,
+        codec_state: Vec<(String, Tensor)>,
+    ) -> Result<PathBuf> {
         let out = &self.config.invocation.out;
-        if !self.world.is_root() {
-            let saved = out.join(checkpoint::JSON_NAME);
-            self.note_checkpoint(saved.clone(), self.clock.step());
-            return Ok(saved);
-        }
         let mut tensors: Vec<(String, Tensor)> = self
             .vs
             .variables()
@@ -723,9 +744,7 @@ impl<'w> Trainer<'w> {
             policy_state,
             loss_scaler: self.scaler.as_ref().map(LossScaler::state),
         };
-        let saved = checkpoint::save(out, meta, &tensors)?;
-        self.note_checkpoint(saved.clone(), state.step);
-        Ok(saved)
+        checkpoint::save(out, meta, &tensors)
     }
 
     /// Records the newest checkpoint: a divergence names it, and so does the collective
@@ -745,10 +764,10 @@ impl<'w> Trainer<'w> {
     /// collective, and every rank returns the same error, the lowest faulting rank's fault
     /// prefixed by its rank, and rank 0's checkpoint path or save error.
     pub fn stop(&mut self, fault: Error) -> Error {
-        let saved = self
-            .metrics
-            .flush()
-            .and_then(|()| self.save("plugin fault"));
+        // Saved even when the flush failed: the save is a collective the other ranks are in.
+        let flushed = self.metrics.flush();
+        let saved = self.save("plugin fault");
+        let saved = flushed.and(saved);
         self.progress.finish();
         let (fault, saved) = if self.agrees() {
             match self.shared_stop(fault, saved) {

@@ -154,10 +154,13 @@ pub fn main() -> ExitCode {
         Ok(false) => ExitCode::from(1),
         Err(e) => {
             print_error(&e);
-            ExitCode::from(2)
+            ExitCode::from(EXIT_ERROR)
         }
     }
 }
+
+/// The exit code of an error (bad input, a plugin fault).
+const EXIT_ERROR: u8 = 2;
 
 /// Prints `error: …` to standard error in one write. Under mpirun every rank may print the
 /// same error, and `eprintln!` writes each formatted piece on its own (ten writes for "torus

@@ -377,10 +377,29 @@ pub fn data_dir(dataset: DatasetKind, given: Option<&std::path::Path>) -> Result
     }
 }
 
-/// Runs `run`.
+/// How long a rank that ends with an error waits for the others to end too before it aborts
+/// the job ([`World::exit_after_error`]): ranks that agreed on a failure end within moments of
+/// each other, even on a loaded machine.
+const EXIT_LINGER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs `run`. On several ranks, an error is printed before MPI finalizes: finalizing waits for
+/// the other ranks, which may be waiting for this one (a checkpoint or metrics file that only
+/// rank 0 writes), and the error would reach the user only after the collective timeout, if
+/// at all.
 pub fn run(args: RunArgs) -> Result<()> {
     let config = args.train_config()?;
     let mut world = World::init()?;
+    match train(&args, &config, &mut world) {
+        Err(e) if world.size() > 1 => {
+            super::print_error(&e);
+            world.exit_after_error(super::EXIT_ERROR.into(), EXIT_LINGER)
+        }
+        outcome => outcome,
+    }
+}
+
+/// Trains in `world` and prints the summary (rank 0).
+fn train(args: &RunArgs, config: &TrainConfig, world: &mut World) -> Result<()> {
     world.set_torus_shape(args.torus_shape)?;
     world.set_collective_timeout(args.collective_timeout);
     let runtime = args.limits.runtime()?;
@@ -391,7 +410,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         allow_policy_change: args.allow_policy_change,
     };
     let reporting = Reporting { quiet: args.quiet };
-    let summary = Trainer::start(&mut world, &config, policies, start, reporting)?.run()?;
+    let summary = Trainer::start(world, config, policies, start, reporting)?.run()?;
     if !world.is_root() {
         return Ok(());
     }
