@@ -3,7 +3,8 @@
 //! counts what crossed each link; `up` refuses a congestion control it cannot set and leaves
 //! nothing behind; a link cut mid-step ends the job with the unreachable rank and the newest
 //! checkpoint named (within `--collective-timeout`, where plain Open MPI hung for minutes), and
-//! under `launch` the job goes on on the host that is left; so does it when a host dies;
+//! under `launch` the job goes on on the host that is left; so does it when a host dies, and
+//! when the link of launch's own host is cut (the other hosts are asked, not guessed at);
 //! `study network --quick` brings the lab up, calibrates it and reports. The lab needs root and
 //! network namespaces; without them every test here says why and passes. The tests share one
 //! lab of their own (`NETLAB_NAME=lsgdtest`), one at a time.
@@ -345,6 +346,39 @@ fn launch_goes_on_on_the_host_left_after_a_cut_link_and_after_a_dead_host() {
         );
         drop(lab);
     }
+}
+
+#[test]
+fn launch_goes_on_alone_when_the_link_of_its_own_host_is_cut() {
+    let Some(lab) = Lab::up(3, &["--rate", "1gbit"]) else {
+        return;
+    };
+    let dir = scratch("netlab-launch-own-link");
+    let out = dir.join("run");
+    let mut args: Vec<String> = ["launch", "-np", "3", "--min-np", "1", "--"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    // A collective timeout longer than Open MPI's notice of a lost daemon (~11 s in the lab),
+    // which names h2 or h3 but not both: launch must find out that the other is gone too.
+    let flags = ["--train-subset", "600", "--global-batch", "60"];
+    let more = ["--checkpoint-every", "2", "--collective-timeout", "60"];
+    args.extend(job(&out, &[&flags[..], &more].concat()));
+    let mut c = lab.spawn(None, &args, &dir);
+    let step = await_checkpoint(&mut c, &dir.join("stderr"), &out);
+    lab.lab(&["cut", "h1"]);
+    let (code, err) = finish(&mut c, &dir, Duration::from_secs(240));
+    lab.lab(&["mend", "h1"]);
+    assert_eq!(code, Some(0), "launch did not finish:\n{err}");
+    assert!(
+        err.contains("no host but h1 answers, so h1's own link is likely down"),
+        "{err}"
+    );
+    let restarts = restarts(&out);
+    assert_eq!(restarts.len(), 1, "{err}");
+    assert_eq!(restarts[0].world_size_after, 1, "{err}");
+    assert!(restarts[0].resumed_step >= step);
+    assert_eq!(steps(&out).last().unwrap().step, 9, "1 epoch of 10 steps");
 }
 
 #[test]

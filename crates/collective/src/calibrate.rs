@@ -148,7 +148,7 @@ pub fn time_additions(floats: usize, reps: usize) -> Vec<f64> {
 
 /// This machine's host name without MPI (`/proc/sys/kernel/hostname`, which follows the UTS
 /// namespace as gethostname does), or `localhost`.
-fn local_hostname() -> String {
+pub fn local_hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .ok()

@@ -116,6 +116,19 @@ impl Hosts {
     }
 }
 
+impl Hosts {
+    /// The hosts of the hostfile the next attempt uses, in file order (empty without one).
+    pub fn current(&self) -> Result<Vec<String>> {
+        let Some(source) = &self.source else {
+            return Ok(Vec::new());
+        };
+        let path = self.latest.as_deref().unwrap_or(source.path());
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the hostfile {}", path.display()))?;
+        Ok(text.lines().filter_map(host_of).map(String::from).collect())
+    }
+}
+
 /// The host a hostfile line names (its first word), `None` for blank and comment lines.
 fn host_of(line: &str) -> Option<&str> {
     let line = line.split('#').next().unwrap_or("").trim();

@@ -15,9 +15,11 @@
 //! reach mpirun), so when reports come, the ranks that did not report within a grace period
 //! are the lost ones, and mpirun, which ignores SIGTERM while a daemon is unreachable, is
 //! killed if it has not ended by then. Hosts left without a live rank, and hosts whose daemon
-//! Open MPI lost, are dropped from the job's hostfile for the restart (`hostfile.rs`).
+//! Open MPI lost, are dropped from the job's hostfile for the restart (`hostfile.rs`), and so
+//! are hosts that no longer answer an mpirun from here (`probe.rs`).
 
 mod hostfile;
+mod probe;
 
 use std::ffi::OsString;
 use std::fs;
@@ -613,7 +615,16 @@ impl Restart {
             Some((_, slots)) if losses.is_empty() => *slots,
             _ => 0,
         };
-        let left = np.saturating_sub(losses.len() as u32 + unnamed);
+        let (unreachable, slots) = if lost_hosts.is_empty() {
+            (Vec::new(), 0)
+        } else {
+            drop_unreachable(args, hosts, &job.out, restarts + 1)
+                .unwrap_or_else(|e| fail(a.status, &format!("{e:#}")))
+        };
+        if !unreachable.is_empty() {
+            lost = format!("{lost} and unreachable host(s) {}", unreachable.join(", "));
+        }
+        let left = np.saturating_sub(losses.len() as u32 + unnamed + slots);
         if left < min_np {
             fail(
                 a.status,
@@ -663,6 +674,36 @@ impl Restart {
             self.step.is_none() && job.resume.is_none(),
         )
     }
+}
+
+/// After hosts were lost, asks the hosts the restart would run on whether an mpirun from here
+/// still reaches them, and drops those that do not from the hostfile (`OUT/hostfile.restart-N`
+/// again); the hosts dropped and their slots.
+fn drop_unreachable(
+    args: &LaunchArgs,
+    hosts: &mut hostfile::Hosts,
+    out: &Path,
+    restart: u32,
+) -> Result<(Vec<String>, u32)> {
+    let all = hosts.current()?;
+    if all.is_empty() {
+        return Ok((Vec::new(), 0));
+    }
+    let env = hosts.env_override.as_deref();
+    let gone = probe::unreachable(
+        &args.mpirun,
+        &hosts.mpirun_args,
+        env,
+        &all,
+        probe::PROBE_TIMEOUT,
+    );
+    if gone.is_empty() {
+        return Ok((gone, 0));
+    }
+    let local = crate::collective::calibrate::local_hostname();
+    eprintln!("{}", probe::why(&gone, &all, &local));
+    let slots = hosts.drop_hosts(&gone, out, restart)?.map_or(0, |(_, s)| s);
+    Ok((gone, slots))
 }
 
 /// Points the next attempt's `run` at the newest checkpoint, if there is one; the words that
