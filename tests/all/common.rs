@@ -233,6 +233,26 @@ pub fn spawn_logged(program: &str, args: &[String], dir: &Path) -> std::process:
         .unwrap()
 }
 
+/// Waits at most `bound` for `child` to exit: its status, or `None` once it is killed for
+/// running past the bound (so a test of a hang fails instead of hanging the suite).
+pub fn wait_at_most(
+    child: &mut std::process::Child,
+    bound: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// `base` flags followed by `extra`, minus each `--flag VALUE` of `base` whose flag `extra`
 /// gives again: a single-valued flag given twice is refused, so a test's `extra` replaces the
 /// job's own value (`--set`, which repeats, is kept).

@@ -224,7 +224,7 @@ fn trap_names_plugin_call_step_and_shows_the_panic() {
     assert!(
         first.ends_with(
             "bad-schedule.wasm: learning-rate at step 3: trapped: bad-schedule traps on purpose \
-             (panicked at tests/guests/bad-schedule/src/lib.rs:102:27)"
+             (panicked at tests/guests/bad-schedule/src/lib.rs:118:27)"
         ),
         "{text}"
     );

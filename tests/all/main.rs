@@ -39,5 +39,6 @@ mod studies;
 mod tensorboard;
 mod torchscript;
 mod train;
+mod waits;
 mod wit_frozen;
 mod worlds;

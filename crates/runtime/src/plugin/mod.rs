@@ -11,6 +11,7 @@
 //! - [`locate`]: plugin names to files;
 //! - [`params`]: `--set` values type-checked against `describe()`;
 //! - [`sandbox`]: what an instance may touch (nothing) and its limits;
+//! - `waits`: the sandbox's clock waits and `wasi:io/poll`, which take no time and never block;
 //! - [`cache`]: compiled components on disk;
 //! - [`error`]: faults that name the plugin, the call and the step ([`PluginError`]);
 //! - [`guest`]: a failed guest's stderr read in its language's terms (exception, panic).
@@ -37,6 +38,7 @@ pub mod v0_1;
 pub mod v0_2;
 pub mod v0_3;
 pub mod v0_4;
+mod waits;
 
 pub use cache::{Cache, Origin};
 pub use contract::{Contract, PolicyKind, Version};

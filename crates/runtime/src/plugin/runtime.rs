@@ -1,6 +1,6 @@
 //! The wasmtime engines of the process and everything shared by all plugins: the linkers with
-//! the (empty) WASI sandbox, the compiled-component cache, the epoch ticker that enforces the
-//! wall-clock backstop, and the default limits.
+//! the (empty) WASI sandbox, whose waits never block (`super::waits`), the compiled-component
+//! cache, the epoch ticker that enforces the wall-clock backstop, and the default limits.
 //!
 //! A call's budget is fuel ([`Metering::FuelAndDeadline`], for policies and codecs alike): it
 //! counts WebAssembly instructions, so every rank runs out at the same call whatever its load,
@@ -106,6 +106,7 @@ impl Sandboxed {
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        super::waits::link(&mut linker)?;
         Ok(Sandboxed {
             engine,
             linker: Arc::new(linker),

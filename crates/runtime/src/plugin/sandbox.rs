@@ -2,6 +2,7 @@
 //! WASI context with a fixed clock and seeded randomness (for toolchains that import WASI even
 //! when the policy never uses it), a memory cap, and a capture of the guest's stderr (its last
 //! 16 KiB, [`TailPipe`]) so that a panic message or an exception reaches the user's error report.
+//! Waits on the fixed clock are over at once and never block the host (`super::waits`).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -129,6 +130,11 @@ impl Sandbox {
             .secure_random(StdRng::seed_from_u64(limits.seed))
             .insecure_random(StdRng::seed_from_u64(limits.seed ^ 0x9e37_79b9_7f4a_7c15))
             .insecure_random_seed(u128::from(limits.seed))
+            // wasmtime-wasi's defaults, said here because the waits of `super::waits` count on
+            // them: no socket is ever created, so none can be waited on.
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
             .allow_blocking_current_thread(true);
         Sandbox {
             wasi: wasi.build(),

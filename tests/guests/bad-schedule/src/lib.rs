@@ -5,6 +5,8 @@ wit_bindgen::generate!({ path: "../../../wit/v0.1.0", world: "schedule-plugin" }
 
 use lsgd_policy::{Info, ParamSpec, Params, Policy, Schedule, State};
 use std::hint::black_box;
+use std::io::Read;
+use std::time::{Duration, Instant};
 
 /// What `learning_rate` does; `reject` never gets this far because `configure` fails.
 #[derive(Clone, Copy)]
@@ -21,6 +23,11 @@ enum Mode {
     File,
     Recurse,
     Leak,
+    Sleep,
+    Sleeping,
+    Polling,
+    Waiting,
+    Stdin,
 }
 
 /// The misbehaving schedule.
@@ -42,13 +49,17 @@ impl Policy for BadSchedule {
                     "mode",
                     &[
                         "ok", "trap", "loop", "grow", "nan", "negative", "infinite", "reject",
-                        "clock", "env", "file", "recurse", "leak",
+                        "clock", "env", "file", "recurse", "leak", "sleep", "sleeping", "polling",
+                        "waiting", "stdin",
                     ],
                     "misbehaviour: ok (0.1), trap, loop, grow, nan, negative, infinite, reject \
                  (configure fails), recurse (unbounded recursion: stack overflow), leak (keeps \
-                 64 KiB more at every call, returns 0.1 until the memory cap stops it); sandbox \
-                 probes: clock (wall-clock seconds), env (number of environment variables and \
-                 arguments), file (1 if /etc/hostname is readable)",
+                 64 KiB more at every call, returns 0.1 until the memory cap stops it), \
+                 sleeping (sleeps an hour at a time without end), polling (poll() with a \
+                 24-day timeout without end), waiting (spins until the monotonic clock moves \
+                 1 s); sandbox probes: clock (wall-clock seconds), env (number of environment \
+                 variables and arguments), file (1 if /etc/hostname is readable), sleep \
+                 (monotonic seconds a 20 s sleep took), stdin (bytes read from stdin to its end)",
                 ),
                 ParamSpec::integer(
                     "from_step",
@@ -78,6 +89,11 @@ impl Policy for BadSchedule {
             "file" => Mode::File,
             "recurse" => Mode::Recurse,
             "leak" => Mode::Leak,
+            "sleep" => Mode::Sleep,
+            "sleeping" => Mode::Sleeping,
+            "polling" => Mode::Polling,
+            "waiting" => Mode::Waiting,
+            "stdin" => Mode::Stdin,
             "reject" => return Err("bad-schedule rejects its parameters".to_owned()),
             other => return Err(format!("mode must be a listed word, got '{other}'")),
         };
@@ -115,8 +131,37 @@ impl Schedule for BadSchedule {
                 LEAKED.with_borrow_mut(|l| l.push(black_box(vec![0x5Au8; 64 << 10])));
                 0.1
             }
+            Mode::Sleep => {
+                let start = Instant::now();
+                std::thread::sleep(Duration::from_secs(20));
+                start.elapsed().as_secs_f64()
+            }
+            Mode::Sleeping => loop {
+                std::thread::sleep(Duration::from_secs(3_600));
+            },
+            Mode::Polling => loop {
+                // wasi-libc's poll(2), which Rust's std links: no descriptors, the longest
+                // timeout (24.8 days). SAFETY: with nfds 0 the descriptor pointer is never read.
+                unsafe { poll(std::ptr::null_mut(), 0, i32::MAX) };
+            },
+            Mode::Waiting => {
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_secs(1) {}
+                0.1
+            }
+            Mode::Stdin => {
+                let mut input = Vec::new();
+                std::io::stdin()
+                    .read_to_end(&mut input)
+                    .map_or(-1.0, |n| n as f64)
+            }
         }
     }
+}
+
+unsafe extern "C" {
+    /// poll(2) of wasi-libc: waits on a clock subscription in `wasi:io/poll`.
+    fn poll(fds: *mut std::ffi::c_void, nfds: usize, timeout_ms: i32) -> i32;
 }
 
 /// Never returns; black_box keeps the optimiser from proving the loop side-effect free.
