@@ -935,6 +935,7 @@ fn gradient_exchange(
         momentum: run.sgd.momentum,
         weight_decays: opt.weight_decays().to_vec(),
         clip_norm: run.local_clip_norm,
+        find_unused: run.model.arch == crate::model::Arch::Script,
     };
     local.check(run, policies.get(PolicyKind::LayerRate).is_some())?;
     GradientExchange::new(
