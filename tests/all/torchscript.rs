@@ -3,14 +3,21 @@
 //! trained by torch from the same weights on the same data: the losses of every step, every
 //! weight and buffer, and the eval-mode outputs after training (which proves the BatchNorm
 //! running statistics were updated the same way). The trained module comes back through
-//! `--save-model`. The model's own checks are unit tests in `crates/train/src/model/script.rs`.
+//! `--save-model`. The model's own checks are unit tests in `crates/train/src/model/script.rs`;
+//! here are the faults of a user's module that only a whole run shows: a head its forward pass
+//! never uses (on two ranks), an exception mid-run, a forward pass that never returns.
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use crate::common::*;
 
 /// Makes the model and a CIFAR-format data set (`make DIR`), or trains the model in torch as
-/// the host did and compares (`check DIR STEPS`), printing the losses and the differences.
+/// the host did and compares (`check DIR STEPS`), printing the losses and the differences, or
+/// checks that the modules saved to `FILES` kept `unused.pt`'s `aux` head as it was
+/// (`unused DIR FILES`). `make` also writes the hostile modules: `unused.pt` (a head its
+/// forward never calls), `raises.pt` (raises on its third training-mode call), `loops.pt`
+/// (a forward that never returns).
 const SCRIPT: &str = r#"
 import json, sys
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -28,6 +35,33 @@ class Net(nn.Module):
         x = F.relu(self.bn(self.conv(x)))
         return self.fc(F.adaptive_avg_pool2d(x, 4).flatten(1))
 
+class Unused(Net):
+    def __init__(self):
+        super().__init__()
+        self.aux = nn.Linear(4 * 4 * 4, 10)
+
+class Raises(Net):
+    calls: int
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+            if self.calls == 3:
+                raise ValueError("boom at training call 3")
+        x = F.relu(self.bn(self.conv(x)))
+        return self.fc(F.adaptive_avg_pool2d(x, 4).flatten(1))
+
+class Loops(Net):
+    def forward(self, x):
+        n = 0
+        while n >= 0:
+            n = (n + 1) % 1000
+        x = F.relu(self.bn(self.conv(x)))
+        return self.fc(F.adaptive_avg_pool2d(x, 4).flatten(1))
+
 def records(x, y):
     return b"".join(bytes([int(y[i])]) + bytes(x[i].flatten().tolist()) for i in range(len(y)))
 
@@ -40,6 +74,16 @@ if mode == "make":
         open(f"{out}/data_batch_{b + 1}.bin", "wb").write(records(x[lo:hi], y[lo:hi]))
     open(f"{out}/test_batch.bin", "wb").write(records(x[64:], y[64:]))
     torch.save((x, y), f"{out}/data.pt")
+    for name, m in [("unused", Unused()), ("raises", Raises()), ("loops", Loops())]:
+        torch.jit.script(m).save(f"{out}/{name}.pt")
+elif mode == "unused":
+    start = torch.jit.load(f"{out}/unused.pt")
+    for f in sys.argv[3:]:
+        m = torch.jit.load(f)
+        assert torch.equal(m.aux.weight, start.aux.weight), f
+        assert torch.equal(m.aux.bias, start.aux.bias), f
+        assert not torch.equal(m.fc.weight, start.fc.weight), f
+    print("unchanged")
 else:
     steps = int(sys.argv[3])
     torch.set_num_threads(1)
@@ -74,8 +118,9 @@ else:
                       "batches_tracked": int(ours["bn.num_batches_tracked"])}))
 "#;
 
-#[test]
-fn a_scripted_model_trains_as_in_pytorch() {
+/// The venv's Python and a scratch directory `name` holding [`SCRIPT`] and what its `make`
+/// wrote; `None` (the reason printed) when torch cannot be imported.
+fn made(name: &str) -> Option<(PathBuf, PathBuf)> {
     let py = venv_python();
     let importable = Command::new(&py)
         .args(["-c", "import torch"])
@@ -84,24 +129,24 @@ fn a_scripted_model_trains_as_in_pytorch() {
     if !importable {
         // The test command installs torch into the venv; a bare `cargo test` may not have it.
         eprintln!("skipped: {} cannot import torch", py.display());
-        return;
+        return None;
     }
-    let dir = scratch("torchscript");
-    let script = dir.join("reference.py");
-    std::fs::write(&script, SCRIPT).unwrap();
-    let d = dir.to_str().unwrap();
+    let dir = scratch(name);
+    std::fs::write(dir.join("reference.py"), SCRIPT).unwrap();
     let made = Command::new(&py)
-        .arg(&script)
-        .args(["make", d])
+        .arg(dir.join("reference.py"))
+        .args(["make", dir.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(made.status.success(), "{}", stderr(&made));
-    let out = scratch("torchscript-run");
-    let epochs = 4;
-    let model = dir.join("model.pt");
-    let weights = dir.join("weights.safetensors");
-    let o = lsgd(&[
-        "run",
+    Some((py, dir))
+}
+
+/// `run`'s flags (without `run`) for `model` on [`made`]'s data in `dir`: 64 samples a step,
+/// one step an epoch, then `extra`.
+fn script_run(model: &str, dir: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
+    let (model, d) = (dir.join(model), dir.to_str().unwrap());
+    let flags = [
         "--model",
         model.to_str().unwrap(),
         "--dataset",
@@ -115,17 +160,40 @@ fn a_scripted_model_trains_as_in_pytorch() {
         "--base-lr",
         "0.1",
         "--epochs",
-        &epochs.to_string(),
+        "4",
         "--threads",
         "1",
         "--device",
         "cpu",
         "--quiet",
-        "--save-model",
-        weights.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    ];
+    with_out(&flags, out, extra)
+}
+
+/// [`script_run`] on `n` ranks under mpirun.
+fn script_ranks(n: usize, model: &str, dir: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut app = run_app(n);
+    app.extend(script_run(model, dir, out, extra));
+    mpirun(&[app])
+}
+
+#[test]
+fn a_scripted_model_trains_as_in_pytorch() {
+    let Some((py, dir)) = made("torchscript") else {
+        return;
+    };
+    let (script, d) = (dir.join("reference.py"), dir.to_str().unwrap());
+    let out = scratch("torchscript-run");
+    let epochs = 4;
+    let weights = dir.join("weights.safetensors");
+    let mut args = vec!["run".to_string()];
+    args.extend(script_run(
+        "model.pt",
+        &dir,
+        &out,
+        &["--save-model", weights.to_str().unwrap()],
+    ));
+    let o = lsgd(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(weights.is_file() && dir.join("weights.pt").is_file());
     let checked = Command::new(&py)
@@ -159,4 +227,87 @@ fn a_scripted_model_trains_as_in_pytorch() {
     let outputs = r["eval_outputs"].as_f64().unwrap();
     assert!(outputs <= 1e-5, "eval-mode outputs differ by {outputs}");
     assert_eq!(r["batches_tracked"], epochs as u64);
+}
+
+/// A head the forward pass never calls gets no gradient on any rank: on one rank and on two
+/// (where the bucket gather met the missing gradient and panicked), the run trains, and the
+/// head stays as it was, untouched by weight decay and momentum, as PyTorch's optimizer and
+/// DDP (`find_unused_parameters`) leave a parameter no rank used.
+#[test]
+fn a_head_the_forward_never_uses_trains_on_one_rank_and_on_two() {
+    if no_mpirun() {
+        return;
+    }
+    let Some((py, dir)) = made("torchscript-unused") else {
+        return;
+    };
+    let mut saved = Vec::new();
+    for n in [1, 2] {
+        let out = scratch(&format!("torchscript-unused-{n}"));
+        let weights = dir.join(format!("ranks{n}.safetensors"));
+        let save = ["--save-model", weights.to_str().unwrap()];
+        let o = script_ranks(n, "unused.pt", &dir, &out, &save);
+        assert!(o.status.success(), "{n} rank(s): {}", stderr(&o));
+        assert_eq!(steps(&out).len(), 4, "{n} rank(s)");
+        saved.push(dir.join(format!("ranks{n}.pt")));
+    }
+    let checked = Command::new(&py)
+        .arg(dir.join("reference.py"))
+        .args(["unused", dir.to_str().unwrap()])
+        .args(&saved)
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{}", stderr(&checked));
+}
+
+/// An exception in the forward pass at step 2 (the module's third training call) stops both
+/// ranks as a plugin fault does: the state before the step saved, the model and TorchScript's
+/// message named, no panic.
+#[test]
+fn a_forward_that_raises_mid_run_stops_with_the_state_before_the_step() {
+    if no_mpirun() {
+        return;
+    }
+    let Some((_, dir)) = made("torchscript-raises") else {
+        return;
+    };
+    let out = scratch("torchscript-raises-run");
+    let o = script_ranks(2, "raises.pt", &dir, &out, &[]);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("training stopped; state before step 2 saved to"),
+        "{err}"
+    );
+    assert!(
+        err.contains("raises.pt: forward (training mode) on a [32, 3, 32, 32] batch failed: builtins.ValueError: boom at training call 3"),
+        "{err}"
+    );
+    assert_eq!(steps(&out).len(), 2);
+}
+
+/// A forward pass that never returns fails the start-up check after its bound (here 1 s, set
+/// by `LSGD_MODEL_CHECK_S`), and the process ends with the error although the check's thread
+/// is still in the loop.
+#[test]
+fn a_forward_that_never_returns_fails_the_start_up_check() {
+    let Some((_, dir)) = made("torchscript-loops") else {
+        return;
+    };
+    let out = scratch("torchscript-loops-run");
+    let mut args = vec!["run".to_string()];
+    args.extend(script_run("loops.pt", &dir, &out, &[]));
+    let o = lsgd_command(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .env("LSGD_MODEL_CHECK_S", "1")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "loops.pt: its forward pass on a [2, 3, 32, 32] batch did not return within 1 s"
+        ),
+        "{err}"
+    );
 }

@@ -51,6 +51,10 @@ pub enum Error {
     /// The plugin runtime refused a setting or a plugin.
     #[error(transparent)]
     Runtime(#[from] lsgd_runtime::Error),
+    /// The TorchScript model failed in a step (names its file): its own code raised, or
+    /// returned what training cannot use.
+    #[error("{0}")]
+    Model(String),
     /// A plugin failed on this rank.
     #[error(transparent)]
     Plugin(#[from] PluginError),

@@ -1,11 +1,11 @@
 //! Evaluation on the test split: mean cross-entropy (unsmoothed, so runs with different ε are
 //! comparable) and top-1 accuracy, with BatchNorm using its running statistics.
 
-use tch::nn::ModuleT;
 use tch::{Kind, Reduction};
 
 use super::tensors::DataTensors;
 use crate::Result;
+use crate::model::Model;
 use crate::precision::Autocast;
 
 /// Samples per forward pass during evaluation.
@@ -23,7 +23,7 @@ pub struct Evaluation {
 /// Evaluates `model` on the test split of `data`, its forward pass autocast to `autocast` if
 /// given (the precision the run trains in).
 pub fn evaluate(
-    model: &dyn ModuleT,
+    model: &Model,
     data: &mut DataTensors,
     autocast: Option<Kind>,
 ) -> Result<Evaluation> {
@@ -39,7 +39,7 @@ pub fn evaluate(
         let (x, y) = data.test_batch(start, len)?;
         let logits = {
             let _autocast = Autocast::enter(x.device(), autocast)?;
-            model.forward_t(&x, false).to_kind(Kind::Float)
+            model.forward(&x, false)?.to_kind(Kind::Float)
         };
         loss_sum += logits
             .cross_entropy_loss::<tch::Tensor>(&y, None, Reduction::Sum, -100, 0.0)

@@ -27,7 +27,7 @@ use lsgd_collective::{Algorithm, Traffic, World};
 use lsgd_policy::{Role, TensorNorms};
 use lsgd_runtime::plugin::PolicyKind;
 use lsgd_runtime::policy::{Clock, Decision, PolicySet, RunShape};
-use tch::nn::{ModuleT, VarStore};
+use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
 mod asynchronous;
@@ -277,7 +277,7 @@ impl<'w> Trainer<'w> {
         self.straggle();
         let t = Instant::now();
         let loss_scale = self.scaler.as_ref().map(LossScaler::scale);
-        let (loss_sum, overflow) = self.forward_backward(&batch, decision.label_smoothing)?;
+        let (loss_sum, overflow) = self.model_pass(&batch, decision.label_smoothing)?;
         let mut compute_s = t.elapsed().as_secs_f64();
         let (loss, skipped, traffic) = self.agree(&loss_sum, overflow, batch.global)?;
         let (mut exchanged, mut scales) = (Exchanged::default(), Vec::new());
@@ -381,7 +381,7 @@ impl<'w> Trainer<'w> {
             offset += m;
             let logits = {
                 let _autocast = Autocast::enter(self.device, self.autocast)?;
-                self.model.forward_t(&x, true)
+                self.model.forward(&x, true)?
             };
             // The loss in fp32 whatever the forward's precision, as torch.amp's lists have it.
             let loss =
@@ -389,11 +389,14 @@ impl<'w> Trainer<'w> {
             // Scaled by micro/global, not micro/worker: the gradients are pre-divided by the
             // world size, and the collective's sum is the mean over the global batch.
             let weight = m as f64 / batch.global as f64;
-            if scale == 1.0 {
-                (&loss * weight).backward();
+            let scaled = if scale == 1.0 {
+                &loss * weight
             } else {
-                (&loss * weight * scale).backward();
-            }
+                &loss * weight * scale
+            };
+            scaled
+                .f_backward()
+                .map_err(|e| self.model.fault("backward", &e.to_string()))?;
             loss_sum += loss.detach().to_kind(Kind::Double) * m as f64;
         }
         let overflow = match &self.scaler {
@@ -405,6 +408,32 @@ impl<'w> Trainer<'w> {
             None => false,
         };
         Ok((loss_sum, overflow))
+    }
+
+    /// Phase 3 as a step runs it. A TorchScript module's forward pass is the user's code: its
+    /// fault (an exception, an output training cannot use) stops the run as a plugin's does,
+    /// through [`Trainer::stop`], once the ranks agree on it (one flag per step), and with the
+    /// module's buffers (BatchNorm's running statistics) put back on every rank, so that the
+    /// checkpoint holds the state before the step.
+    fn model_pass(&mut self, batch: &Batch, epsilon: f32) -> Result<(Tensor, bool)> {
+        let Model::Script(script) = &self.model else {
+            return self.forward_backward(batch, epsilon);
+        };
+        let buffers = script.save_buffers();
+        let computed = self.forward_backward(batch, epsilon);
+        let failed = if self.agrees() {
+            self.world.agree_failure(computed.is_err())?.is_some()
+        } else {
+            computed.is_err()
+        };
+        if !failed {
+            return computed;
+        }
+        if let Model::Script(script) = &self.model {
+            script.restore_buffers(&buffers);
+        }
+        // The agreement again, now to stop every rank with the faulting rank's message.
+        self.agreed("model", computed)
     }
 
     /// Phase 4: every gradient replaced by its sum over the ranks. A codec fault stops the
@@ -954,6 +983,7 @@ fn gradient_exchange(
         momentum: run.sgd.momentum,
         weight_decays: opt.weight_decays().to_vec(),
         clip_norm: run.local_clip_norm,
+        find_unused: run.model.arch == crate::model::Arch::Script,
     };
     local.check(run, policies.get(PolicyKind::LayerRate).is_some())?;
     GradientExchange::new(

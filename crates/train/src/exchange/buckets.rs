@@ -42,15 +42,17 @@ impl Bucket {
         self.len += len;
     }
 
-    /// The bucket's gradient elements as one binary32 vector.
+    /// The bucket's gradient elements as one binary32 vector; a tensor without a gradient
+    /// (no backward pass reached it) gives zeros, so that every rank sends the same length.
     pub fn gather(&self, weights: &[&Tensor]) -> Result<Vec<f32>> {
         let parts: Vec<Tensor> = self
             .pieces
             .iter()
             .map(|p| {
-                weights[p.tensor]
-                    .grad()
-                    .reshape([-1])
+                let w = weights[p.tensor];
+                let grad = w.grad();
+                let grad = if grad.defined() { grad } else { w.zeros_like() };
+                grad.reshape([-1])
                     .narrow(0, p.start as i64, p.len as i64)
                     .to_device(Device::Cpu)
                     .to_kind(Kind::Float)
@@ -59,11 +61,17 @@ impl Bucket {
         Ok(Vec::<f32>::try_from(Tensor::cat(&parts, 0))?)
     }
 
-    /// Writes `values` back into the bucket's gradient elements.
+    /// Writes `values` back into the bucket's gradient elements; a tensor without a gradient
+    /// keeps none (the ranks agreed that none of them used it, see
+    /// [`super::GradientExchange::exchange`]).
     pub fn scatter(&self, weights: &[&Tensor], values: &[f32]) {
         let mut offset = 0;
         for p in &self.pieces {
             let grad = weights[p.tensor].grad();
+            if !grad.defined() {
+                offset += p.len;
+                continue;
+            }
             let src = Tensor::from_slice(&values[offset..offset + p.len])
                 .to_device(grad.device())
                 .to_kind(grad.kind());
@@ -192,5 +200,19 @@ mod tests {
             [2., 4., 6., 8., 10., 12.]
         );
         assert_eq!(Vec::<f32>::try_from(b.grad()).unwrap(), [14.; 4]);
+    }
+
+    #[test]
+    fn a_tensor_without_a_gradient_gathers_as_zeros_and_keeps_none() {
+        let a = Tensor::zeros([2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let unused = Tensor::zeros([3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        (&a * 5.0).sum(Kind::Float).backward();
+        let buckets = layout(&shapes(&[("a", &[2]), ("unused", &[3])]), 8);
+        let weights = [&a, &unused];
+        let v = buckets[0].gather(&weights).unwrap();
+        assert_eq!(v, [5., 5., 0., 0., 0.]);
+        buckets[0].scatter(&weights, &[1., 2., 3., 4., 5.]);
+        assert_eq!(Vec::<f32>::try_from(a.grad()).unwrap(), [1., 2.]);
+        assert!(!unused.grad().defined());
     }
 }

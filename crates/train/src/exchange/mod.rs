@@ -59,6 +59,10 @@ pub struct Local {
     pub weight_decays: Vec<f64>,
     /// `--local-clip-norm` C: each rank's gradient is clipped to a total L2 norm of C/√k.
     pub clip_norm: Option<f64>,
+    /// The model may leave a parameter without a gradient (a TorchScript module whose forward
+    /// pass skips a head): the ranks agree on which ones any of them used, as DDP's
+    /// `find_unused_parameters` does (one small all-reduce per step).
+    pub find_unused: bool,
 }
 
 impl Local {
@@ -182,7 +186,10 @@ impl GradientExchange {
 
     /// Replaces every gradient of `weights` by its sum over the ranks (through the codec, if
     /// any), after this rank's own clipping and, with `--error-feedback momentum`, weight
-    /// decay; a single process without a codec or clipping has nothing to do.
+    /// decay; a single process without a codec or clipping has nothing to do. A parameter
+    /// that no rank's backward pass reached keeps no gradient, on every rank, so the optimizer
+    /// skips it as it does on one process; one that some rank's reached gets the sum on all
+    /// (what DDP does, its other ranks adding zeros).
     pub fn exchange(
         &mut self,
         world: &mut World,
@@ -190,7 +197,44 @@ impl GradientExchange {
         weights: &[&Tensor],
         step: u64,
     ) -> Result<Exchanged> {
+        let found = self.find_unused(world, weights)?;
         self.before(weights, world.size());
+        let mut exchanged = self.exchange_used(world, codec, weights, step)?;
+        exchanged.traffic += found;
+        Ok(exchanged)
+    }
+
+    /// Gives a zero gradient to each parameter this rank's backward pass did not reach but
+    /// another rank's did (with `find_unused`; without it, to each it did not reach), so that
+    /// every rank has a gradient for the same parameters.
+    fn find_unused(&self, world: &mut World, weights: &[&Tensor]) -> Result<Traffic> {
+        let mut used: Vec<f32> = weights
+            .iter()
+            .map(|w| f32::from(u8::from(w.grad().defined())))
+            .collect();
+        let mut traffic = Traffic::default();
+        if self.local.find_unused && world.size() > 1 {
+            traffic = world.all_reduce_sum(Algorithm::Mpi, &mut used)?;
+        } else if !self.local.find_unused {
+            used.fill(1.0);
+        }
+        let missing: Vec<&Tensor> = weights
+            .iter()
+            .zip(&used)
+            .filter(|(w, u)| **u > 0.0 && !w.grad().defined())
+            .map(|(w, _)| *w)
+            .collect();
+        zero_grads(&missing);
+        Ok(traffic)
+    }
+
+    fn exchange_used(
+        &mut self,
+        world: &mut World,
+        codec: Option<&mut Plugin>,
+        weights: &[&Tensor],
+        step: u64,
+    ) -> Result<Exchanged> {
         let plain = |traffic| Exchanged {
             traffic,
             payload_bytes: 4 * self.params,
@@ -270,6 +314,21 @@ impl GradientExchange {
             None => Ok(()),
         }
     }
+}
+
+/// Gives each of `weights` (leaves that require grad) a zero gradient, as a backward pass
+/// through `0 · Σw` does: autograd's own tensor, where a later backward pass accumulates.
+pub(crate) fn zero_grads(weights: &[&Tensor]) {
+    if weights.is_empty() {
+        return;
+    }
+    tch::with_grad(|| {
+        let zero = weights.iter().map(|w| w.sum(Kind::Float) * 0.0).fold(
+            Tensor::zeros([], (Kind::Float, weights[0].device())),
+            |a, b| a + b,
+        );
+        zero.backward();
+    });
 }
 
 /// Scales `grads` (in place) so that their total L2 norm is at most `max`, as
@@ -356,5 +415,30 @@ mod tests {
         let g = [Tensor::from_slice(&[0.3f32, 0.4])];
         assert!((clip(&g, 2.0 / 2f64.sqrt()) - 0.5).abs() < 1e-7);
         assert_eq!(Vec::<f32>::try_from(&g[0]).unwrap(), [0.3, 0.4]);
+    }
+
+    #[test]
+    fn a_parameter_no_backward_reached_keeps_no_gradient_unless_the_model_cannot_say() {
+        for find_unused in [true, false] {
+            let used = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
+            let head = Tensor::from_slice(&[3.0f32]).set_requires_grad(true);
+            (&used * 2.0).sum(Kind::Float).backward();
+            let shapes = [("used".to_string(), vec![2]), ("head".to_string(), vec![1])];
+            let local = Local {
+                find_unused,
+                ..Local::default()
+            };
+            let mut x = GradientExchange::new(&shapes, 8, Algorithm::Mpi, None, local, 0).unwrap();
+            x.exchange(&mut World::single(), None, &[&used, &head], 0)
+                .unwrap();
+            assert_eq!(Vec::<f32>::try_from(used.grad()).unwrap(), [2.0, 2.0]);
+            // With `find_unused` the ranks (here one) agree nobody used it: no gradient, and
+            // the optimizer skips it; without, every rank gives it zeros alike.
+            let head = head.grad();
+            assert_eq!(head.defined(), !find_unused, "find_unused {find_unused}");
+            if !find_unused {
+                assert_eq!(Vec::<f32>::try_from(head).unwrap(), [0.0]);
+            }
+        }
     }
 }

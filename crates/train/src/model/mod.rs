@@ -67,6 +67,30 @@ impl ModuleT for Model {
     }
 }
 
+impl Model {
+    /// The forward pass, a TorchScript module's faults as errors ([`ScriptModel::forward`]);
+    /// a built-in model's layers fail only as libtorch itself does (out of memory), and panic.
+    pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, crate::Error> {
+        match self {
+            Model::Builtin(m) => Ok(m.forward_t(xs, train)),
+            Model::Script(m) => m.forward(xs, train),
+        }
+    }
+
+    /// `what` (a pass over the model) failing with `message`, as an error naming the model.
+    pub fn fault(&self, what: &str, message: &str) -> crate::Error {
+        match self {
+            Model::Builtin(_) => {
+                crate::Error::Model(format!("the model's {what} failed: {message}"))
+            }
+            Model::Script(m) => crate::Error::Model(format!(
+                "--model {}: {what} failed: {message}",
+                m.file().display()
+            )),
+        }
+    }
+}
+
 /// What `validate` and `build` say of `--model script` without a file.
 const NO_SCRIPT_FILE: &str =
     "--model script needs the TorchScript file: give its path, --model FILE.pt";
@@ -182,8 +206,11 @@ impl ModelSpec {
             )),
             (Arch::Script, Some(file)) => {
                 let model = ScriptModel::from_bytes(&file.read()?, &file.path, p)?;
-                model.check_output(image, classes)?;
-                return Ok(Model::Script(model));
+                return Ok(Model::Script(model.checked(
+                    image,
+                    classes,
+                    script::check_bound()?,
+                )?));
             }
             (Arch::Script, None) => return Err(crate::Error::Config(NO_SCRIPT_FILE.into())),
         };

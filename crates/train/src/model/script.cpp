@@ -92,7 +92,15 @@ char *lsgd_script_forward(void *m, const void *input, void **out) {
       throw std::runtime_error("forward returned " + output.tagKind() +
                                ", not one Tensor");
     }
-    *out = new at::Tensor(output.toTensor());
+    const at::Tensor &y = output.toTensor();
+    // Checked here, where autograd's mode is known: a training pass whose output does not
+    // require grad would fail later in backward, with a message that does not name the model.
+    if (at::GradMode::is_enabled() && module(m)->is_training() && !y.requires_grad()) {
+      throw std::runtime_error(
+          "forward returned a tensor that does not require grad (detached, or computed "
+          "without the parameters), so training would have no gradient");
+    }
+    *out = new at::Tensor(y);
   });
 }
 

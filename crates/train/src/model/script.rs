@@ -27,6 +27,8 @@ use std::ffi::{CStr, CString, c_char, c_void};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tch::nn::{self, ModuleT};
@@ -86,6 +88,23 @@ fn read(path: &Path) -> Result<Vec<u8>, Error> {
     )))
 }
 
+/// How long the start-up check ([`ScriptModel::checked`]) waits for the module's forward pass
+/// on a batch of two images: 120 s, far more than any model the host can train needs, or
+/// `LSGD_MODEL_CHECK_S` seconds.
+pub fn check_bound() -> Result<Duration, Error> {
+    const VAR: &str = "LSGD_MODEL_CHECK_S";
+    let Some(value) = std::env::var_os(VAR) else {
+        return Ok(Duration::from_secs(120));
+    };
+    let value = value.to_string_lossy();
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e9)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| Error::Config(format!("{VAR}={value} is not a number of seconds above 0")))
+}
+
 /// A TorchScript module whose parameters and buffers are variables of a VarStore.
 pub struct ScriptModel {
     module: Module,
@@ -95,6 +114,10 @@ pub struct ScriptModel {
     /// Each tensor's names, the first of them the VarStore's (relative to where it was built).
     parameters: Vec<Vec<String>>,
     buffers: Vec<Vec<String>>,
+    /// The buffers themselves, which a training forward pass updates in place.
+    buffer_tensors: Vec<Tensor>,
+    /// The classes the output must have, once [`ScriptModel::check_output`] has been told.
+    classes: Cell<Option<i64>>,
 }
 
 impl fmt::Debug for ScriptModel {
@@ -135,7 +158,7 @@ impl ScriptModel {
                      state_dict?); {export}"
                 )
             } else {
-                format!("libtorch cannot load it as TorchScript: {first}")
+                format!("libtorch cannot load it as TorchScript: {}", reason(&e))
             })
         })?;
         let parameters = module.tensors(false).map_err(&refuse)?;
@@ -153,6 +176,7 @@ impl ScriptModel {
             )));
         }
         let buffers = module.tensors(true).map_err(&refuse)?;
+        let buffer_tensors = buffers.iter().map(|b| b.tensor.shallow_clone()).collect();
         let parameters = register(p, parameters, true).map_err(&refuse)?;
         let buffers = register(p, buffers, false).map_err(&refuse)?;
         module.train(false).map_err(&refuse)?;
@@ -162,7 +186,48 @@ impl ScriptModel {
             file: file.to_path_buf(),
             parameters,
             buffers,
+            buffer_tensors,
+            classes: Cell::new(None),
         })
+    }
+
+    /// The file the module came from.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// [`ScriptModel::check_output`] in a thread of its own, given up after `bound`: the
+    /// forward pass is the model's own code and may never return. A check given up on leaves
+    /// that thread running; the run stops with the error, and the process with it.
+    pub fn checked(
+        self,
+        image: [i64; 3],
+        classes: i64,
+        bound: Duration,
+    ) -> Result<ScriptModel, Error> {
+        let file = self.file.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("model check".into())
+            .spawn(move || {
+                let checked = self.check_output(image, classes);
+                let _ = tx.send(checked.map(|()| self));
+            })
+            .map_err(Error::io("cannot start the model's start-up check"))?;
+        let [c, h, w] = image;
+        match rx.recv_timeout(bound) {
+            Ok(checked) => checked,
+            Err(RecvTimeoutError::Timeout) => Err(Error::Config(format!(
+                "--model {}: its forward pass on a [2, {c}, {h}, {w}] batch did not return \
+                 within {} s (a loop that never ends?), so the start-up check gave up",
+                file.display(),
+                bound.as_secs_f64()
+            ))),
+            Err(RecvTimeoutError::Disconnected) => Err(Error::Config(format!(
+                "--model {}: the start-up check of its forward pass panicked",
+                file.display()
+            ))),
+        }
     }
 
     /// Refuses a module whose forward pass does not map a batch of `[channels, rows, cols]`
@@ -181,9 +246,9 @@ impl ScriptModel {
         let _guard = tch::no_grad_guard();
         self.set_training(false).map_err(&refuse)?;
         let ys = self.module.forward(&xs).map_err(|e| {
-            let first = e.lines().next().unwrap_or("").trim().to_string();
             refuse(format!(
-                "forward fails on a [2, {c}, {h}, {w}] batch: {first}"
+                "forward fails on a [2, {c}, {h}, {w}] batch: {}",
+                reason(&e)
             ))
         })?;
         if ys.size() != [2, classes] {
@@ -192,7 +257,54 @@ impl ScriptModel {
                 ys.size()
             )));
         }
+        self.classes.set(Some(classes));
         Ok(())
+    }
+
+    /// The forward pass in training (`train`) or evaluation mode, with what the module may do
+    /// wrong on a batch the start-up check did not try as an error naming the file: raise
+    /// (its TorchScript message), return other than `[batch, classes]` logits, or, training
+    /// with autograd on, return a tensor that does not require grad.
+    pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, Error> {
+        let mode = if train { "training" } else { "evaluation" };
+        let fail = |why: String| {
+            Error::Model(format!(
+                "--model {}: forward ({mode} mode) on a {:?} batch {why}",
+                self.file.display(),
+                xs.size()
+            ))
+        };
+        self.set_training(train)
+            .map_err(|e| fail(format!("failed: {}", reason(&e))))?;
+        let ys = self
+            .module
+            .forward(xs)
+            .map_err(|e| fail(format!("failed: {}", reason(&e))))?;
+        let (batch, size) = (xs.size().first().copied().unwrap_or(0), ys.size());
+        let classes = self.classes.get();
+        let classes_ok = classes.is_none_or(|c| size.get(1) == Some(&c));
+        if size.len() != 2 || size[0] != batch || !classes_ok {
+            let classes = classes.map_or("classes".to_string(), |c| c.to_string());
+            return Err(fail(format!(
+                "returned a {size:?} tensor, not [{batch}, {classes}] logits"
+            )));
+        }
+        Ok(ys)
+    }
+
+    /// Copies of the module's buffers (BatchNorm's running statistics), for
+    /// [`ScriptModel::restore_buffers`] after a failed step.
+    pub fn save_buffers(&self) -> Vec<Tensor> {
+        let _guard = tch::no_grad_guard();
+        self.buffer_tensors.iter().map(Tensor::copy).collect()
+    }
+
+    /// Puts back the buffers [`ScriptModel::save_buffers`] copied.
+    pub fn restore_buffers(&self, saved: &[Tensor]) {
+        let _guard = tch::no_grad_guard();
+        for (b, s) in self.buffer_tensors.iter().zip(saved) {
+            b.shallow_clone().copy_(s);
+        }
     }
 
     /// Every parameter and buffer under each of the module's names (tied tensors under all of
@@ -239,15 +351,31 @@ impl ScriptModel {
 }
 
 impl ModuleT for ScriptModel {
-    /// Panics, as tch's layers do, if libtorch fails; [`ScriptModel::check_output`] has run the
-    /// model on the data's shape before training, so what is left are faults such as running
-    /// out of memory.
+    /// Panics, as tch's layers do, if the forward pass fails: the trainer calls
+    /// [`ScriptModel::forward`], which returns the error instead.
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        let run = || {
-            self.set_training(train)?;
-            self.module.forward(xs)
-        };
-        run().unwrap_or_else(|e| panic!("{}: forward failed: {e}", self.file.display()))
+        self.forward(xs, train).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// What a person can act on in a libtorch message: for an exception raised in TorchScript,
+/// its last line (`builtins.ValueError: …`) and where the model's source raised it; else the
+/// first line that is not empty (a refused pickle's message starts with a line break).
+fn reason(message: &str) -> String {
+    let lines: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let (Some(first), Some(last)) = (lines.first(), lines.last()) else {
+        return "libtorch gave no reason".into();
+    };
+    if !first.starts_with("The following operation failed in the TorchScript interpreter") {
+        return first.trim_end_matches(':').to_string();
+    }
+    match lines.iter().rev().find(|l| l.starts_with("File \"")) {
+        Some(at) => format!("{last} ({at})"),
+        None => last.to_string(),
     }
 }
 
@@ -513,6 +641,67 @@ torch.save(Net().state_dict(), f"{out}/state_dict.pt")
 torch.export.save(torch.export.export(Net().eval(), (x,)), f"{out}/exported.pt")
 "#;
 
+    /// Writes, into the directory it is given, modules that fail the trainer in each way a
+    /// user's code can, all taking `[N, 3, 6, 6]` and returning 3 logits where they work:
+    /// `raises.pt` raises on its third training-mode call, `detached.pt` returns a detached
+    /// tensor in training mode, `wide.pt` 2 logits in training mode; and `evil.pt`, a scripted
+    /// module whose `data.pkl` is a pickle that would run `os.system` (the command would
+    /// create `pwned` in the directory). Exit status 3: no torch.
+    const HOSTILE: &str = r#"
+import os, pickle, sys, zipfile
+try:
+    import torch
+    import torch.nn as nn
+except ImportError as e:
+    print(f"cannot import torch: {e}")
+    sys.exit(3)
+
+out = sys.argv[1]
+
+class Raises(nn.Module):
+    calls: int
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 6 * 6, 3)
+        self.calls = 0
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+            if self.calls == 3:
+                raise ValueError("boom at training call 3")
+        return self.fc(x.flatten(1))
+
+class Detached(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 6 * 6, 3)
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        return y.detach() if self.training else y
+
+class Wide(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 6 * 6, 3)
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        return y[:, :2] if self.training else y
+
+for name, m in [("raises", Raises()), ("detached", Detached()), ("wide", Wide())]:
+    torch.jit.script(m).save(f"{out}/{name}.pt")
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, (f"touch {out}/pwned",))
+
+with zipfile.ZipFile(f"{out}/wide.pt") as src, zipfile.ZipFile(f"{out}/evil.pt", "w") as dst:
+    for item in src.infolist():
+        data = src.read(item.filename)
+        if item.filename.endswith("/data.pkl"):
+            data = pickle.dumps(Evil(), protocol=2)
+        dst.writestr(item, data)
+"#;
+
     /// Reads what `save_model` wrote back into PyTorch: the weights into the original module
     /// with `load_state_dict` (strict), and the saved module itself; both must give the
     /// reference's evaluation outputs.
@@ -598,10 +787,15 @@ print("ok")
 
     /// A fresh directory with the reference files; `None` without torch.
     fn reference(test: &str) -> Option<PathBuf> {
+        fixtures(REFERENCE, test)
+    }
+
+    /// A fresh directory with the files `script` writes; `None` without torch.
+    fn fixtures(script: &str, test: &str) -> Option<PathBuf> {
         let dir = std::env::temp_dir().join(format!("lsgd-script-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let made = run_python(REFERENCE, &dir);
+        let made = run_python(script, &dir);
         if !made {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -780,6 +974,60 @@ print("ok")
         let e = net.check_output([3, 6, 6], 10).unwrap_err().to_string();
         assert!(
             e.contains("gives a [2, 3] output, the data has 10 classes"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_tampered_pickle_is_refused_with_libtorchs_reason() {
+        let Some(dir) = fixtures(HOSTILE, "evil") else {
+            return;
+        };
+        let e = refusal(&dir.join("evil.pt"));
+        assert!(
+            e.ends_with("libtorch cannot load it as TorchScript: Unknown type name 'posix.system'"),
+            "{e}"
+        );
+        assert!(!dir.join("pwned").exists(), "the pickle's command ran");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn forward_faults_are_errors_that_name_the_model() {
+        let Some(dir) = fixtures(HOSTILE, "faults") else {
+            return;
+        };
+        let x = Tensor::zeros([4, 3, 6, 6], (Kind::Float, Device::Cpu));
+        let fault = |name: &str, calls: usize| {
+            let vs = nn::VarStore::new(Device::Cpu);
+            let file = dir.join(name);
+            let model = ScriptModel::load(&file, &vs.root()).unwrap();
+            // The start-up check runs in evaluation mode, where these modules work.
+            let model = model
+                .checked([3, 6, 6], 3, Duration::from_secs(60))
+                .unwrap();
+            for _ in 1..calls {
+                let _ = model.forward(&x, true).unwrap();
+            }
+            let e = model.forward(&x, true).unwrap_err().to_string();
+            assert!(
+                e.contains(&file.display().to_string()),
+                "names the file: {e}"
+            );
+            assert!(tch::no_grad(|| model.forward(&x, false)).is_ok(), "{name}");
+            e
+        };
+        let e = fault("raises.pt", 3);
+        assert!(
+            e.contains("forward (training mode) on a [4, 3, 6, 6] batch failed: builtins.ValueError: boom at training call 3 (File \""),
+            "{e}"
+        );
+        let e = fault("detached.pt", 1);
+        assert!(e.contains("does not require grad"), "{e}");
+        let e = fault("wide.pt", 1);
+        assert!(
+            e.contains("returned a [4, 2] tensor, not [4, 3] logits"),
             "{e}"
         );
         let _ = std::fs::remove_dir_all(&dir);

@@ -145,12 +145,12 @@ impl<'w> Trainer<'w> {
     pub(super) fn run_async(mut self) -> Result<Summary> {
         self.check_async()?;
         let layout = Layout::new(&self.vs, self.opt.params());
+        self.materialize_grads();
         if !self.world.is_root() {
             return self.work(&layout);
         }
         self.announce_async();
         self.started = std::time::Instant::now();
-        self.materialize_grads();
         let workers: Vec<usize> = (1..self.world.size()).collect();
         let mut busy = vec![false; self.world.size()];
         let served = self.serve(&layout, &workers, &mut busy);
@@ -186,16 +186,12 @@ impl<'w> Trainer<'w> {
         Ok(())
     }
 
-    /// The server's parameters get gradient tensors of their own (zeros), which each arriving
-    /// gradient is copied into.
+    /// Every parameter gets a gradient tensor of its own (zeros): on the server, what each
+    /// arriving gradient is copied into; on a worker, what a message sends even for a
+    /// parameter its backward pass never reached (a TorchScript head its forward skips).
     fn materialize_grads(&mut self) {
-        let zero: Tensor = self
-            .opt
-            .params()
-            .iter()
-            .map(|p| p.tensor.sum(Kind::Float) * 0.0)
-            .fold(Tensor::zeros([], (Kind::Float, self.device)), |a, b| a + b);
-        zero.backward();
+        let params: Vec<&Tensor> = self.opt.params().iter().map(|p| &p.tensor).collect();
+        crate::exchange::zero_grads(&params);
     }
 
     /// The server's loop: hands out work, applies each gradient as it arrives, until the run
