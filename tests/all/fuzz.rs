@@ -609,11 +609,24 @@ fn itemsize(descr: &str) -> u64 {
     descr[descr.len() - 1..].parse().unwrap_or(1)
 }
 
+/// One array of an npz case as its entry will be written.
+struct NpyPlan {
+    name: String,
+    descr: &'static str,
+    shape: Vec<u64>,
+    fortran: bool,
+    method: u16,
+    flags: u16,
+    delta: i8,
+    version: u8,
+}
+
 fn npz_bytes(c: &NpzCase) -> Vec<u8> {
     let [train, test] = c.counts;
     let [h, w] = c.side;
-    // (name, descr, shape) of each array, then its data from the shape as claimed, up to 4 KiB.
-    let mut arrays: Vec<(String, &str, Vec<u64>, bool, u16, u16, i8, u8)> = [
+    // Each array as its header will claim it; its data comes from the claimed shape, up to
+    // 4 KiB.
+    let mut arrays: Vec<NpyPlan> = [
         ("x_train", "|u1", vec![train, h, w]),
         ("y_train", "<i8", vec![train]),
         ("x_test", "|u1", vec![test, h, w]),
@@ -621,42 +634,50 @@ fn npz_bytes(c: &NpzCase) -> Vec<u8> {
         ("meta", "|O", vec![1]),
     ]
     .into_iter()
-    .map(|(n, d, s)| (format!("{n}.npy"), d, s, false, 0, 0, 0, 1))
+    .map(|(name, descr, shape)| NpyPlan {
+        name: format!("{name}.npy"),
+        descr,
+        shape,
+        fortran: false,
+        method: 0,
+        flags: 0,
+        delta: 0,
+        version: 1,
+    })
     .collect();
     for (which, twist) in &c.twists {
         let a = &mut arrays[which.index(5)];
         match twist {
-            Twist::Shape(s) => a.2 = s.clone(),
-            Twist::Descr(d) => a.1 = d,
-            Twist::Fortran => a.3 = true,
-            Twist::Deflate => a.4 = 8,
-            Twist::Method(m) => a.4 = *m,
-            Twist::Encrypted => a.5 = 1,
-            Twist::Delta(d) => a.6 = *d,
-            Twist::Version(v) => a.7 = *v,
+            Twist::Shape(s) => a.shape = s.clone(),
+            Twist::Descr(d) => a.descr = d,
+            Twist::Fortran => a.fortran = true,
+            Twist::Deflate => a.method = 8,
+            Twist::Method(m) => a.method = *m,
+            Twist::Encrypted => a.flags = 1,
+            Twist::Delta(d) => a.delta = *d,
+            Twist::Version(v) => a.version = *v,
         }
     }
     let entries: Vec<(String, Vec<u8>, u16, u16)> = arrays
         .into_iter()
-        .map(
-            |(name, descr, shape, fortran, method, flags, delta, version)| {
-                let n = shape
-                    .iter()
-                    .try_fold(itemsize(descr), |a, &d| a.checked_mul(d))
-                    .unwrap_or(u64::MAX)
-                    .min(4096);
-                let len = (n as i64 + i64::from(delta)).max(0) as usize;
-                let data: Vec<u8> = if descr == "<i8" {
-                    (0..len)
-                        .map(|i| c.labels[i / 8 % c.labels.len()].to_le_bytes()[i % 8])
-                        .collect()
-                } else {
-                    (0..len).map(|i| (i * 7) as u8).collect()
-                };
-                let bytes = npy(version, descr, fortran, &shape, &data);
-                (name, bytes, method, flags)
-            },
-        )
+        .map(|a| {
+            let n = a
+                .shape
+                .iter()
+                .try_fold(itemsize(a.descr), |acc, &d| acc.checked_mul(d))
+                .unwrap_or(u64::MAX)
+                .min(4096);
+            let len = (n as i64 + i64::from(a.delta)).max(0) as usize;
+            let data: Vec<u8> = if a.descr == "<i8" {
+                (0..len)
+                    .map(|i| c.labels[i / 8 % c.labels.len()].to_le_bytes()[i % 8])
+                    .collect()
+            } else {
+                (0..len).map(|i| (i * 7) as u8).collect()
+            };
+            let bytes = npy(a.version, a.descr, a.fortran, &a.shape, &data);
+            (a.name, bytes, a.method, a.flags)
+        })
         .collect();
     let mut b = zip_bytes(&entries);
     for (at, bytes) in &c.edits {
