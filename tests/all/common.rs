@@ -431,3 +431,97 @@ pub fn restarts(out: &Path) -> Vec<metrics::RestartRecord> {
         })
         .collect()
 }
+
+/// A `.npy` array of `version` (1, 2 or 3; others are written as 1's layout) whose header says
+/// `descr`, `fortran` and `shape`, over `data` unchecked, so lying headers can be made.
+pub fn npy(version: u8, descr: &str, fortran: bool, shape: &[u64], data: &[u8]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(|d| format!("{d},")).collect();
+    let order = if fortran { "True" } else { "False" };
+    let header = format!(
+        "{{'descr': '{descr}', 'fortran_order': {order}, 'shape': ({}), }}\n",
+        dims.join(" ")
+    );
+    let mut out = b"\x93NUMPY".to_vec();
+    out.extend([version, 0]);
+    match version {
+        2 | 3 => out.extend((header.len() as u32).to_le_bytes()),
+        _ => out.extend((header.len() as u16).to_le_bytes()),
+    }
+    out.extend(header.as_bytes());
+    out.extend(data);
+    out
+}
+
+/// A zip of `(name, content, method, flags)` entries written byte by byte: method 8 is
+/// deflated, any other is written as stored bytes under its number; flag bit 0 says encrypted.
+pub fn zip_bytes(entries: &[(String, Vec<u8>, u16, u16)]) -> Vec<u8> {
+    use std::io::Write;
+    let (mut out, mut central) = (Vec::new(), Vec::new());
+    for (name, content, method, flags) in entries {
+        let data = if *method == 8 {
+            let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(content).unwrap();
+            e.finish().unwrap()
+        } else {
+            content.clone()
+        };
+        let mut crc = flate2::Crc::new();
+        crc.update(content);
+        let mut common = Vec::new();
+        for half in [20u16, *flags, *method, 0, 0] {
+            common.extend(half.to_le_bytes());
+        }
+        for word in [crc.sum(), data.len() as u32, content.len() as u32] {
+            common.extend(word.to_le_bytes());
+        }
+        common.extend((name.len() as u16).to_le_bytes());
+        common.extend([0, 0]);
+        let offset = out.len() as u32;
+        out.extend(0x0403_4b50u32.to_le_bytes());
+        out.extend(&common);
+        out.extend(name.as_bytes());
+        out.extend(&data);
+        central.extend(0x0201_4b50u32.to_le_bytes());
+        central.extend(20u16.to_le_bytes());
+        central.extend(&common);
+        central.extend([0u8; 10]);
+        central.extend(offset.to_le_bytes());
+        central.extend(name.as_bytes());
+    }
+    let start = out.len() as u32;
+    out.extend(&central);
+    out.extend(0x0605_4b50u32.to_le_bytes());
+    out.extend([0u8; 4]);
+    out.extend((entries.len() as u16).to_le_bytes());
+    out.extend((entries.len() as u16).to_le_bytes());
+    out.extend((central.len() as u32).to_le_bytes());
+    out.extend(start.to_le_bytes());
+    out.extend([0, 0]);
+    out
+}
+
+/// A PNG of `width × height` RGB pixels as far as its header goes (IHDR, an IDAT of no pixels,
+/// IEND), so any size can be claimed without the pixels.
+pub fn png_header(width: u32, height: u32) -> Vec<u8> {
+    let chunk = |kind: &[u8], data: &[u8]| {
+        let mut crc = flate2::Crc::new();
+        crc.update(kind);
+        crc.update(data);
+        let mut out = (data.len() as u32).to_be_bytes().to_vec();
+        out.extend(kind);
+        out.extend(data);
+        out.extend(crc.sum().to_be_bytes());
+        out
+    };
+    let mut ihdr = width.to_be_bytes().to_vec();
+    ihdr.extend(height.to_be_bytes());
+    ihdr.extend([8, 2, 0, 0, 0]);
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend(chunk(b"IHDR", &ihdr));
+    png.extend(chunk(
+        b"IDAT",
+        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+    ));
+    png.extend(chunk(b"IEND", &[]));
+    png
+}

@@ -1,7 +1,7 @@
 //! Property tests of everything the host reads from outside: codec payloads decoded through
-//! the sandbox, IDX data files, `--set` settings, `--config` TOML files and checkpoints. Each
-//! must give an error or a valid result, never a panic, a hang, or an allocation sized from a
-//! claim in the input. The native codecs have their own in `plugins/lsgd-codec/tests/fuzz.rs`;
+//! the sandbox, IDX data files, npz files, image folders, `--set` settings, `--config` TOML
+//! files and checkpoints. Each must give an error or a valid result, never a panic, a hang, or
+//! an allocation sized from a claim in the input. The native codecs have their own in `plugins/lsgd-codec/tests/fuzz.rs`;
 //! the driver (`LSGD_FUZZ_SECONDS` for a long campaign, `scripts/fuzz.sh`) is shared with it.
 
 use std::cell::RefCell;
@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use clap::Parser;
 use lsgd_codec::Meta;
 use lsgd_host::cli::{Cli, config_args, parse_settings};
-use lsgd_host::data::read_idx;
+use lsgd_host::data::{self, DatasetKind, read_idx};
 use lsgd_host::model::Arch;
 use lsgd_host::plugin::{Fault, Plugin};
 use lsgd_host::train::checkpoint;
@@ -529,6 +529,318 @@ fn damaged_checkpoints_are_refused_not_panicked_on() {
                     || e.contains("checkpoint"),
                 || format!("the error names no file: {e}"),
             )?;
+        }
+        Ok(())
+    });
+}
+
+/// One change to an array of an npz case.
+#[derive(Clone, Debug)]
+enum Twist {
+    /// The header claims this shape.
+    Shape(Vec<u64>),
+    /// The header claims this dtype.
+    Descr(&'static str),
+    Fortran,
+    Deflate,
+    /// Written under this compression method number (as stored bytes).
+    Method(u16),
+    Encrypted,
+    /// Data bytes added (or removed, negative) after the header.
+    Delta(i8),
+    /// The `.npy` major version.
+    Version(u8),
+}
+
+#[derive(Clone, Debug)]
+struct NpzCase {
+    /// Train and test images, and their rows and cols.
+    counts: [u64; 2],
+    side: [u64; 2],
+    /// Labels, cycled over the samples.
+    labels: Vec<i64>,
+    /// Changes to the arrays x_train, y_train, x_test, y_test and an extra `meta` (by index).
+    twists: Vec<(Index, Twist)>,
+    /// Bytes of the whole file set at an offset, and a truncation.
+    edits: Vec<(Index, Vec<u8>)>,
+    cut: Option<Index>,
+}
+
+fn npz_case() -> impl Strategy<Value = NpzCase> {
+    let dim =
+        prop_oneof![8 => 0u64..5, 1 => Just(100_000), 1 => Just(1 << 31), 1 => Just(u64::MAX)];
+    let twist = prop_oneof![
+        prop::collection::vec(dim, 0..5).prop_map(Twist::Shape),
+        select(vec![
+            "|u1", "<i8", "<f4", ">i4", "|b1", "|O", "<U3", "<c8", "f4", "<f2", "x"
+        ])
+        .prop_map(Twist::Descr),
+        Just(Twist::Fortran),
+        Just(Twist::Deflate),
+        select(vec![1u16, 9, 12, 93, 99]).prop_map(Twist::Method),
+        Just(Twist::Encrypted),
+        any::<i8>().prop_map(Twist::Delta),
+        select(vec![2u8, 3, 0, 4]).prop_map(Twist::Version),
+    ];
+    let label = prop_oneof![8 => 0i64..4, 1 => Just(-1), 1 => Just(3_000_000), 1 => any::<i64>()];
+    (
+        [1u64..6, 0u64..4],
+        [0u64..4, 1u64..4],
+        prop::collection::vec(label, 1..5),
+        prop::collection::vec((any::<Index>(), twist), 0..3),
+        prop::collection::vec(
+            (any::<Index>(), prop::collection::vec(any::<u8>(), 1..4)),
+            0..2,
+        ),
+        prop::option::weighted(0.1, any::<Index>()),
+    )
+        .prop_map(|(counts, side, labels, twists, edits, cut)| NpzCase {
+            counts,
+            side,
+            labels,
+            twists,
+            edits,
+            cut,
+        })
+}
+
+/// The dtype size of a descr the case may claim (1 for those the reader refuses).
+fn itemsize(descr: &str) -> u64 {
+    descr[descr.len() - 1..].parse().unwrap_or(1)
+}
+
+/// One array of an npz case as its entry will be written.
+struct NpyPlan {
+    name: String,
+    descr: &'static str,
+    shape: Vec<u64>,
+    fortran: bool,
+    method: u16,
+    flags: u16,
+    delta: i8,
+    version: u8,
+}
+
+fn npz_bytes(c: &NpzCase) -> Vec<u8> {
+    let [train, test] = c.counts;
+    let [h, w] = c.side;
+    // Each array as its header will claim it; its data comes from the claimed shape, up to
+    // 4 KiB.
+    let mut arrays: Vec<NpyPlan> = [
+        ("x_train", "|u1", vec![train, h, w]),
+        ("y_train", "<i8", vec![train]),
+        ("x_test", "|u1", vec![test, h, w]),
+        ("y_test", "<i8", vec![test]),
+        ("meta", "|O", vec![1]),
+    ]
+    .into_iter()
+    .map(|(name, descr, shape)| NpyPlan {
+        name: format!("{name}.npy"),
+        descr,
+        shape,
+        fortran: false,
+        method: 0,
+        flags: 0,
+        delta: 0,
+        version: 1,
+    })
+    .collect();
+    for (which, twist) in &c.twists {
+        let a = &mut arrays[which.index(5)];
+        match twist {
+            Twist::Shape(s) => a.shape = s.clone(),
+            Twist::Descr(d) => a.descr = d,
+            Twist::Fortran => a.fortran = true,
+            Twist::Deflate => a.method = 8,
+            Twist::Method(m) => a.method = *m,
+            Twist::Encrypted => a.flags = 1,
+            Twist::Delta(d) => a.delta = *d,
+            Twist::Version(v) => a.version = *v,
+        }
+    }
+    let entries: Vec<(String, Vec<u8>, u16, u16)> = arrays
+        .into_iter()
+        .map(|a| {
+            let n = a
+                .shape
+                .iter()
+                .try_fold(itemsize(a.descr), |acc, &d| acc.checked_mul(d))
+                .unwrap_or(u64::MAX)
+                .min(4096);
+            let len = (n as i64 + i64::from(a.delta)).max(0) as usize;
+            let data: Vec<u8> = if a.descr == "<i8" {
+                (0..len)
+                    .map(|i| c.labels[i / 8 % c.labels.len()].to_le_bytes()[i % 8])
+                    .collect()
+            } else {
+                (0..len).map(|i| (i * 7) as u8).collect()
+            };
+            let bytes = npy(a.version, a.descr, a.fortran, &a.shape, &data);
+            (a.name, bytes, a.method, a.flags)
+        })
+        .collect();
+    let mut b = zip_bytes(&entries);
+    for (at, bytes) in &c.edits {
+        let at = at.index(b.len() + 1);
+        let end = (at + bytes.len()).min(b.len());
+        b.splice(at..end, bytes.iter().copied());
+    }
+    if let Some(cut) = c.cut {
+        b.truncate(cut.index(b.len() + 1));
+    }
+    b
+}
+
+#[test]
+fn the_npz_reader_refuses_lying_headers_and_damaged_zips() {
+    let dir = scratch("fuzz-npz");
+    let path = dir.join("case.npz");
+    fuzz("npz", 300, npz_case(), |c| {
+        let bytes = npz_bytes(&c);
+        std::fs::write(&path, &bytes).unwrap();
+        let (out, largest) = largest_allocation(|| data::load(DatasetKind::Npz, &path));
+        check(largest <= CLAIMED, || {
+            format!(
+                "one allocation of {largest} bytes for a file of {}",
+                bytes.len()
+            )
+        })?;
+        match out {
+            Ok(d) => check(
+                d.train.labels.len() == d.train.len
+                    && d.test.labels.len() == d.test.len
+                    && d.test.len > 0
+                    && d.classes <= data::MAX_CLASSES
+                    && d.train.labels.iter().all(|&l| (l as usize) < d.classes),
+                || format!("an inconsistent data set: {d:?}"),
+            ),
+            Err(e) => check(e.to_string().contains("case.npz"), || {
+                format!("the error does not name the file: {e}")
+            }),
+        }
+    });
+}
+
+/// One thing put into an image folder case.
+#[derive(Clone, Debug)]
+enum FolderNode {
+    /// A real PNG of this size (small).
+    Png(u32, u32),
+    /// A PNG header claiming this size, with no pixels.
+    Claim(u32, u32),
+    /// Bytes with an image name.
+    Junk(Vec<u8>),
+    /// A symbolic link to this target.
+    Link(&'static str),
+    /// An empty folder.
+    Dir,
+}
+
+/// Where a node goes: split, class, sub-folder, and the name's extension.
+type Placed = (Index, Index, Index, Index, FolderNode);
+
+fn folder_case() -> impl Strategy<Value = Vec<Placed>> {
+    let side = prop_oneof![4 => 0u32..4, 1 => Just(256), 1 => Just(257), 1 => Just(12_000),
+        1 => Just(4_000_000), 1 => Just(u32::MAX)];
+    let node = prop_oneof![
+        (1u32..6, 1u32..6).prop_map(|(w, h)| FolderNode::Png(w, h)),
+        (side.clone(), side).prop_map(|(w, h)| FolderNode::Claim(w, h)),
+        prop::collection::vec(any::<u8>(), 0..32).prop_map(FolderNode::Junk),
+        select(vec![
+            ".",
+            "..",
+            "../..",
+            "../../..",
+            "../b",
+            "/dev/zero",
+            "/nonexistent",
+            "loop"
+        ])
+        .prop_map(FolderNode::Link),
+        Just(FolderNode::Dir),
+    ];
+    prop::collection::vec(
+        (
+            any::<Index>(),
+            any::<Index>(),
+            any::<Index>(),
+            any::<Index>(),
+            node,
+        ),
+        0..6,
+    )
+}
+
+fn build_folder(dir: &Path, nodes: &[Placed]) {
+    let _ = std::fs::remove_dir_all(dir);
+    let tiny = |path: PathBuf, w: u32, h: u32| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        image::RgbImage::from_pixel(w, h, image::Rgb([9, 8, 7]))
+            .save(&path)
+            .unwrap();
+    };
+    for base in ["train/a", "train/b", "val/a"] {
+        tiny(dir.join(base).join("ok.png"), 3, 2);
+    }
+    for (i, (split, class, sub, ext, node)) in nodes.iter().enumerate() {
+        let folder = dir
+            .join(["train", "val"][split.index(2)])
+            .join(["a", "b"][class.index(2)])
+            .join(["", "s", "s/t"][sub.index(3)]);
+        std::fs::create_dir_all(&folder).unwrap();
+        let path = folder.join(format!("n{i}.{}", ["png", "jpg", "txt"][ext.index(3)]));
+        match node {
+            FolderNode::Png(w, h) => tiny(path.with_extension("png"), *w, *h),
+            FolderNode::Claim(w, h) => std::fs::write(&path, png_header(*w, *h)).unwrap(),
+            FolderNode::Junk(b) => std::fs::write(&path, b).unwrap(),
+            FolderNode::Link(t) => {
+                let target = if *t == "loop" {
+                    path.as_path()
+                } else {
+                    Path::new(t)
+                };
+                std::os::unix::fs::symlink(target, &path).unwrap();
+            }
+            FolderNode::Dir => std::fs::create_dir_all(&path).unwrap(),
+        }
+    }
+}
+
+#[test]
+fn image_folders_with_links_and_lying_headers_load_or_are_refused_by_name() {
+    let dir = scratch("fuzz-folder");
+    let prefix = dir.display().to_string();
+    fuzz("imagefolder", 150, folder_case(), |nodes| {
+        build_folder(&dir, &nodes);
+        let (out, largest) = largest_allocation(|| data::load(DatasetKind::Imagefolder, &dir));
+        check(largest <= CLAIMED, || {
+            format!("one allocation of {largest} bytes")
+        })?;
+        let d = match out {
+            Ok(d) => d,
+            Err(e) => {
+                return check(e.to_string().contains(&prefix), || {
+                    format!("the error names no path of the case: {e}")
+                });
+            }
+        };
+        check(d.test.len > 0 && d.classes == 2, || format!("{d:?}"))?;
+        for split in [&d.train, &d.test] {
+            let data::Images::Files(files) = &split.images else {
+                return Err(TestCaseError::fail("image folders are files"));
+            };
+            for f in files {
+                let (rgb, largest) = largest_allocation(|| data::decode(f));
+                check(largest <= CLAIMED, || {
+                    format!(
+                        "decoding {} made one allocation of {largest} bytes",
+                        f.display()
+                    )
+                })?;
+                if let Err(e) = rgb {
+                    check(e.to_string().contains(&prefix), || format!("unnamed: {e}"))?;
+                }
+            }
         }
         Ok(())
     });

@@ -3,10 +3,10 @@
 //! already the CHW layout of [`Images::U8`]. The files may lie directly in the directory or in
 //! the folder the archive unpacks to, since both are what people point `--data-dir` at.
 
-use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{DataError, Dataset, Images, Split, find_any};
+use super::{DataError, Dataset, Images, Split, find_any, read_whole};
 
 /// Bytes of pixels in a record: 3 channels of 32×32.
 const PIXELS: usize = 3 * 32 * 32;
@@ -111,10 +111,7 @@ fn read_records(
     pixels: &mut Vec<u8>,
     labels: &mut Vec<u32>,
 ) -> Result<(), DataError> {
-    let bytes = fs::read(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_whole(path)?;
     let size = layout.record();
     if bytes.is_empty() {
         return Err(DataError::Empty {
@@ -154,9 +151,10 @@ fn read_records(
 /// The non-blank lines of a class-name file, which must be one per class (the official
 /// `batches.meta.txt` ends in blank lines).
 fn read_names(path: &Path, classes: usize) -> Result<Vec<String>, DataError> {
-    let text = fs::read_to_string(path).map_err(|source| DataError::Io {
+    let bytes = read_whole(path)?;
+    let text = String::from_utf8(bytes).map_err(|e| DataError::Io {
         path: path.to_path_buf(),
-        source,
+        source: io::Error::new(io::ErrorKind::InvalidData, e),
     })?;
     let names: Vec<String> = text
         .lines()
@@ -176,6 +174,8 @@ fn read_names(path: &Path, classes: usize) -> Result<Vec<String>, DataError> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
     use crate::data::test_files::{TempDir, assert_err};
     use crate::data::{DatasetKind, load};

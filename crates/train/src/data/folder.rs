@@ -7,15 +7,31 @@
 //!
 //! Loading reads only each image's header, so a file that is no image is reported before
 //! training starts without decoding a whole data set; [`decode`] reads the pixels when a batch
-//! needs them.
+//! needs them. Both refuse, from the header, an image whose decoding (or evaluation resize)
+//! would take more memory than any image a model sees is worth ([`MAX_PIXELS`],
+//! [`MAX_ASPECT`]), and only regular files are opened.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
 use std::ffi::OsString;
 use std::fs;
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
+use image::ImageFormat;
 use image::io::Reader;
 
-use super::{DataError, Dataset, Images, Split};
+use super::{DataError, Dataset, Images, Split, kind_text, open_data};
+
+/// The most pixels an image may have: PIL's `Image.MAX_IMAGE_PIXELS`, above which it warns of
+/// a decompression bomb. Every image is resized to `--image-size`, so a larger one costs
+/// seconds and hundreds of MB to decode for nothing a model sees.
+pub const MAX_PIXELS: u64 = 89_478_485;
+
+/// The most one side of an image may be longer than the other: the evaluation resize scales
+/// the short side to about `--image-size` and the long one in proportion, so a 1×4,000,000
+/// image would become 37×148,000,000 pixels (16 GB).
+pub const MAX_ASPECT: u64 = 256;
 
 /// File extensions taken for images (compared without case); other files are ignored, as
 /// torchvision does, so README files and thumbnails databases do no harm.
@@ -36,6 +52,8 @@ pub struct Rgb {
 /// alpha dropped, as PIL's `convert("RGB")` does. The format is told from the content, so a
 /// PNG named `.jpg` still decodes.
 pub fn decode(path: &Path) -> Result<Rgb, DataError> {
+    // Checked again: the file may have changed since the data set was loaded.
+    check_header(path)?;
     let image = reader(path)?.decode().map_err(|source| DataError::Image {
         path: path.to_path_buf(),
         source,
@@ -131,6 +149,12 @@ fn load_split(dir: &Path, classes: &[OsString], train: &Path) -> Result<Split, D
         labels.resize(labels.len() + images.len(), label as u32);
         files.extend(images);
     }
+    if files.is_empty() {
+        // Only the test split can get here: train has at least two classes, none empty.
+        return Err(DataError::EmptySplit {
+            path: dir.to_path_buf(),
+        });
+    }
     check_headers(&files)?;
     Ok(Split {
         images: Images::Files(files),
@@ -160,15 +184,36 @@ fn check_headers(files: &[PathBuf]) -> Result<(), DataError> {
 
 /// The image files under `folder`, nested folders included, in the order of torchvision's
 /// `sorted(os.walk(folder))` then `sorted(files)`: by folder path as a string, then by name.
+/// Links are followed, but each directory is read once, at the first of its paths in byte
+/// order, so a link to a parent folder ends the walk instead of looping. An image name on
+/// something that is no regular file (a FIFO would block the reader) is refused by name.
 fn images_in(folder: &Path) -> Result<Vec<PathBuf>, DataError> {
     let mut found = Vec::new();
-    let mut pending = vec![folder.to_path_buf()];
-    while let Some(dir) = pending.pop() {
+    let mut seen = HashSet::new();
+    // Smallest path first: a directory's path is larger than its parent's, so directories
+    // come in byte order and which of several paths to one directory is read is fixed.
+    let bytes = |p: &Path| p.as_os_str().as_encoded_bytes().to_vec();
+    let mut pending = BinaryHeap::from([Reverse((bytes(folder), folder.to_path_buf()))]);
+    while let Some(Reverse((_, dir))) = pending.pop() {
+        let canonical = fs::canonicalize(&dir).map_err(|source| DataError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        if !seen.insert(canonical) {
+            continue;
+        }
         for path in read_dir(&dir)? {
-            if path.is_dir() {
-                pending.push(path);
-            } else if is_image_name(&path) {
-                found.push(path);
+            match fs::metadata(&path) {
+                Ok(meta) if meta.is_dir() => pending.push(Reverse((bytes(&path), path))),
+                Ok(meta) if !meta.is_file() && is_image_name(&path) => {
+                    return Err(DataError::NotRegular {
+                        path,
+                        kind: kind_text(meta.file_type()),
+                    });
+                }
+                // A broken link with an image name is reported when its header is read.
+                _ if is_image_name(&path) => found.push(path),
+                _ => {}
             }
         }
     }
@@ -193,27 +238,60 @@ fn is_image_name(path: &Path) -> bool {
         .is_some_and(|ext| EXTENSIONS.iter().any(|e| ext.eq_ignore_ascii_case(e)))
 }
 
-/// A reader of `path` whose format is guessed from the content (the name as a fallback).
-fn reader(path: &Path) -> Result<Reader<std::io::BufReader<fs::File>>, DataError> {
-    let cannot_read = |source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    Reader::open(path)
-        .map_err(cannot_read)?
+/// A reader of the regular file `path` whose format is guessed from the content (the name as
+/// a fallback).
+fn reader(path: &Path) -> Result<Reader<BufReader<fs::File>>, DataError> {
+    let (file, _) = open_data(path)?;
+    let mut reader = Reader::new(BufReader::new(file));
+    if let Ok(format) = ImageFormat::from_path(path) {
+        reader.set_format(format);
+    }
+    reader
         .with_guessed_format()
-        .map_err(cannot_read)
-}
-
-/// Reads just enough of `path` to know it is an image of a format the decoder has.
-fn check_header(path: &Path) -> Result<(), DataError> {
-    reader(path)?
-        .into_dimensions()
-        .map(drop)
-        .map_err(|source| DataError::Image {
+        .map_err(|source| DataError::Io {
             path: path.to_path_buf(),
             source,
         })
+}
+
+/// Reads just enough of `path` to know it is an image of a format the decoder has, of a size
+/// it may decode.
+fn check_header(path: &Path) -> Result<(), DataError> {
+    let (width, height) = reader(path)?
+        .into_dimensions()
+        .map_err(|source| DataError::Image {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    check_size(path, width, height)
+}
+
+/// Refuses an image of no pixels, of more than [`MAX_PIXELS`], or of an aspect ratio over
+/// [`MAX_ASPECT`], from its header's size.
+fn check_size(path: &Path, width: u32, height: u32) -> Result<(), DataError> {
+    let (w, h) = (u64::from(width), u64::from(height));
+    let problem = if w == 0 || h == 0 {
+        "no pixels: expected at least 1×1".to_string()
+    } else if w * h > MAX_PIXELS {
+        format!(
+            "{} pixels, more than the limit of {MAX_PIXELS} (PIL's decompression-bomb bound)",
+            w * h
+        )
+    } else if w.max(h) > MAX_ASPECT * w.min(h) {
+        format!(
+            "one side {}× the other, more than the limit of {MAX_ASPECT} (the evaluation \
+             resize would scale the long side in proportion)",
+            w.max(h) / w.min(h)
+        )
+    } else {
+        return Ok(());
+    };
+    Err(DataError::ImageSize {
+        path: path.to_path_buf(),
+        width,
+        height,
+        problem,
+    })
 }
 
 #[cfg(test)]
@@ -409,5 +487,86 @@ mod tests {
         let misnamed = t.path().join("p.jpg");
         fs::rename(&png, &misnamed).unwrap();
         assert_eq!(decode(&misnamed).unwrap().pixels[0], 9);
+    }
+
+    /// A PNG of `width × height` RGB pixels as far as its header goes: the IHDR chunk, an IDAT
+    /// of no pixels and the end, written by hand so any size can be claimed without pixels.
+    fn png_header(width: u32, height: u32) -> Vec<u8> {
+        let chunk = |kind: &[u8], data: &[u8]| {
+            let mut crc = flate2::Crc::new();
+            crc.update(kind);
+            crc.update(data);
+            let mut out = (data.len() as u32).to_be_bytes().to_vec();
+            out.extend(kind);
+            out.extend(data);
+            out.extend(crc.sum().to_be_bytes());
+            out
+        };
+        let mut ihdr = width.to_be_bytes().to_vec();
+        ihdr.extend(height.to_be_bytes());
+        ihdr.extend([8, 2, 0, 0, 0]); // 8 bits, RGB, deflate, adaptive filter, no interlace
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        png.extend(chunk(b"IHDR", &ihdr));
+        png.extend(chunk(
+            b"IDAT",
+            &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+        ));
+        png.extend(chunk(b"IEND", &[]));
+        png
+    }
+
+    #[test]
+    fn linked_folders_are_read_once() {
+        let t = folder_set("links");
+        save_rgb(&t, "train/ant/b/z.png", 7, (2, 2));
+        // A link to the folder itself and one to its parent: torchvision's walk never ends.
+        std::os::unix::fs::symlink(".", t.path().join("train/ant/self")).unwrap();
+        std::os::unix::fs::symlink("..", t.path().join("train/ant/b/up")).unwrap();
+        let d = load_kind(DatasetKind::Imagefolder, t.path()).unwrap();
+        let ant = t.path().join("train/ant");
+        let Images::Files(files) = &d.train.images else {
+            panic!("image folders are files")
+        };
+        assert_eq!(files[..2], [ant.join("only.jpeg"), ant.join("b/z.png")]);
+        assert_eq!(d.train.labels, [0, 0, 1, 2, 2]);
+    }
+
+    #[test]
+    fn an_image_name_on_a_fifo_is_refused_not_waited_on() {
+        let t = folder_set("fifo");
+        let fifo = t.fifo("train/moth/y.png");
+        let msg = "not a regular file: expected a data file, found a FIFO";
+        let path = fifo.display().to_string();
+        assert_err(load_kind(DatasetKind::Imagefolder, t.path()), &[&path, msg]);
+        assert_err(decode(&fifo), &[&path, msg]);
+    }
+
+    #[test]
+    fn image_sizes_are_bounded_before_decoding() {
+        let t = folder_set("sizes");
+        let long = t.write("val/zebra/long.png", &png_header(1, 4_000_000));
+        let msg = "1×4000000 image: one side 4000000× the other, more than the limit of 256";
+        let path = long.display().to_string();
+        assert_err(load_kind(DatasetKind::Imagefolder, t.path()), &[&path, msg]);
+        assert_err(decode(&long), &[&path, msg]);
+        fs::remove_file(&long).unwrap();
+        let big = t.write("train/ant/big.png", &png_header(12_000, 12_000));
+        let msg = "12000×12000 image: 144000000 pixels, more than the limit of 89478485";
+        assert_err(
+            load_kind(DatasetKind::Imagefolder, t.path()),
+            &[&big.display().to_string(), msg],
+        );
+        // At the bounds, the header is accepted (its pixels are not there to decode).
+        check_header(&t.write("edge.png", &png_header(256, 1))).unwrap();
+    }
+
+    #[test]
+    fn an_empty_test_split_is_refused() {
+        let t = folder_set("empty-val");
+        fs::remove_dir_all(t.path().join("val")).unwrap();
+        t.mkdir("val");
+        let val = t.path().join("val").display().to_string();
+        let msg = "empty test split: expected at least one class folder with images, found none";
+        assert_err(load_kind(DatasetKind::Imagefolder, t.path()), &[&val, msg]);
     }
 }

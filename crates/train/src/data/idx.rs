@@ -2,7 +2,6 @@
 //! dimension, then the elements. The data is streamed through a size cap taken from the
 //! header, so a damaged header is reported instead of allocating what it claims.
 
-use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
@@ -50,7 +49,7 @@ pub fn read_idx(path: &Path) -> Result<IdxArray, DataError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = BufReader::new(File::open(path).map_err(cannot_read)?);
+    let mut file = BufReader::new(super::open_data(path)?.0);
     let gzipped = file
         .fill_buf()
         .map_err(cannot_read)?

@@ -5,7 +5,9 @@
 //! a person needs to fix it.
 
 use std::fmt;
-use std::io;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
@@ -14,15 +16,25 @@ use serde::{Deserialize, Serialize};
 mod cifar;
 mod folder;
 mod idx;
+mod npz;
 mod tensor_file;
 #[cfg(test)]
 mod test_files;
 
-pub use folder::{Rgb, decode};
+pub use folder::{MAX_ASPECT, MAX_PIXELS, Rgb, decode};
 pub use idx::{IdxArray, MAX_BYTES, read_idx};
 
 /// Where Debian's `dataset-fashion-mnist` installs the gzipped files.
 pub const DEFAULT_DIR: &str = "/usr/share/datasets/fashion-mnist";
+
+/// The largest data file read whole into memory (safetensors, CIFAR batches): four arrays of
+/// [`MAX_BYTES`], the most a tensor file of a data set holds.
+pub const MAX_FILE_BYTES: u64 = 4 * MAX_BYTES;
+
+/// The most classes a data set may have: its labels size the model's output layer, so one stray
+/// label of 3,000,000 would build a model of gigabytes. Above every public classification set
+/// (Google Landmarks v2: 203,094 classes).
+pub const MAX_CLASSES: usize = 1 << 18;
 
 /// Which data set (and so which file layout) `--data-dir` holds.
 #[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -336,8 +348,8 @@ pub enum DataError {
         /// The names of the matching files, sorted.
         found: Vec<String>,
     },
-    /// tch cannot read the file in the format named: another format, damaged, or an element
-    /// type libtorch has no use for.
+    /// tch cannot read the safetensors file: another format, damaged, or an element type
+    /// libtorch has no use for.
     #[error("{path}: cannot read as {format}: {source}")]
     TensorFile {
         /// The file.
@@ -478,6 +490,70 @@ pub enum DataError {
         /// The folder's name.
         name: String,
     },
+    /// A path that is no regular file (a FIFO, a device, a socket, a directory): reading a FIFO
+    /// or a terminal blocks and `/dev/zero` never ends, so only regular files are opened.
+    #[error("{path}: not a regular file: expected a data file, found {kind}")]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// A file read whole that is larger than [`MAX_FILE_BYTES`].
+    #[error("{path}: {size} bytes, more than the limit of {limit} bytes for a data file")]
+    FileSize {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// An npz file that is no zip, or one of its entries that is no array the reader takes
+    /// (encrypted, compressed otherwise than stored or deflated, damaged, an object array, a
+    /// header whose shape and dtype call for other than the bytes the entry has).
+    #[error("{path}: cannot read as npz: {}{problem}", entry_text(.entry))]
+    Npz {
+        /// The file.
+        path: PathBuf,
+        /// The zip entry, when the problem is in one.
+        entry: Option<String>,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Images of no pixels, or a split of no images: a model cannot be built on the first and
+    /// an accuracy of the second is 0/0.
+    #[error("{path}: {problem}: expected {expected}, found {}", dims_text(.dims))]
+    ImageShape {
+        /// The image file.
+        path: PathBuf,
+        /// What is wrong, in a few words.
+        problem: &'static str,
+        /// What is accepted.
+        expected: &'static str,
+        /// The sizes the file gives.
+        dims: Vec<usize>,
+    },
+    /// An image folder's `val/` (or `test/`) without a single image, whose accuracy would be
+    /// 0/0.
+    #[error("{path}: empty test split: expected at least one class folder with images, found none")]
+    EmptySplit {
+        /// The validation folder.
+        path: PathBuf,
+    },
+    /// An image whose header claims a size that decoding (or the evaluation resize) would need
+    /// too much memory for, or no pixels at all; refused before its pixels are read.
+    #[error("{path}: {width}×{height} image: {problem}")]
+    ImageSize {
+        /// The image file.
+        path: PathBuf,
+        /// Width in the header.
+        width: u32,
+        /// Height in the header.
+        height: u32,
+        /// What is wrong, with the bound.
+        problem: String,
+    },
     /// An image file whose header (at load time) or pixels (when a batch needs them) do not
     /// decode.
     #[error("{path}: not a decodable image: {source}")]
@@ -488,6 +564,81 @@ pub enum DataError {
         #[source]
         source: image::ImageError,
     },
+}
+
+/// `entry NAME: ` before a problem in one zip entry, nothing for the file as a whole.
+fn entry_text(entry: &Option<String>) -> String {
+    entry
+        .as_ref()
+        .map_or_else(String::new, |e| format!("entry {e}: "))
+}
+
+/// What a file type is, for [`DataError::NotRegular`].
+fn kind_text(t: fs::FileType) -> &'static str {
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` (symbolic links followed) if it is a regular file, with its size. Opened
+/// non-blocking and checked on the open file, so a FIFO named like a data file is refused
+/// rather than waited on, and no swap of the path after a check can get past it.
+fn open_data(path: &Path) -> Result<(File, u64), DataError> {
+    let cannot_read = |source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(cannot_read)?;
+    let meta = file.metadata().map_err(cannot_read)?;
+    if !meta.is_file() {
+        return Err(DataError::NotRegular {
+            path: path.to_path_buf(),
+            kind: kind_text(meta.file_type()),
+        });
+    }
+    Ok((file, meta.len()))
+}
+
+/// The bytes of the regular file `path`, refused above [`MAX_FILE_BYTES`] before reading.
+fn read_whole(path: &Path) -> Result<Vec<u8>, DataError> {
+    let (file, size) = open_data(path)?;
+    if size > MAX_FILE_BYTES {
+        return Err(DataError::FileSize {
+            path: path.to_path_buf(),
+            size,
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    // One byte over the limit tells a file that grew since the check from one that did not.
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(DataError::FileSize {
+            path: path.to_path_buf(),
+            size: bytes.len() as u64,
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    Ok(bytes)
 }
 
 /// `60000×28×28`, the notation of the messages.
@@ -604,6 +755,24 @@ fn read_rank(path: &Path, expected: usize, role: &'static str) -> Result<IdxArra
     Ok(a)
 }
 
+/// Refuses images of no pixels (no model takes them) and a split of no images (its accuracy is
+/// 0/0): `dims` is count, then the pixel dimensions.
+fn check_image_dims(path: &Path, dims: &[usize]) -> Result<(), DataError> {
+    let (problem, expected) = if dims[1..].contains(&0) {
+        ("zero-size images", "images of at least 1×1 pixels")
+    } else if dims[0] == 0 {
+        ("no images", "at least one image")
+    } else {
+        return Ok(());
+    };
+    Err(DataError::ImageShape {
+        path: path.to_path_buf(),
+        problem,
+        expected,
+        dims: dims.to_vec(),
+    })
+}
+
 /// One split with the paths it came from, which the cross-split checks name in errors.
 struct Loaded {
     split: Split,
@@ -616,6 +785,7 @@ fn load_split(dir: &Path, prefix: &str) -> Result<Loaded, DataError> {
     let images = find(dir, &format!("{prefix}-images-idx3-ubyte"))?;
     let labels = find(dir, &format!("{prefix}-labels-idx1-ubyte"))?;
     let im = read_rank(&images, 3, "images: count×rows×cols")?;
+    check_image_dims(&images, &im.dims)?;
     let lb = read_rank(&labels, 1, "labels: count")?;
     if lb.dims[0] != im.dims[0] {
         return Err(DataError::CountMismatch {
@@ -839,5 +1009,30 @@ mod tests {
         let t = tiny_set("file-error");
         t.write(TEST_IMAGES, b"\x1f\x8bnot really gzip");
         assert_err(load_dir(t.path()), &[TEST_IMAGES, "gzip stream is corrupt"]);
+    }
+
+    #[test]
+    fn zero_size_images_and_empty_test_split_are_refused() {
+        let t = tiny_set("zero-size");
+        t.write(TRAIN_IMAGES, &idx(0x08, &[6, 0, 3], &[]));
+        let msg = "zero-size images: expected images of at least 1×1 pixels, found 6×0×3";
+        assert_err(load_dir(t.path()), &[TRAIN_IMAGES, msg]);
+        let t = tiny_set("empty-test");
+        t.write(TEST_IMAGES, &gzip(&idx(0x08, &[0, 2, 3], &[])));
+        t.write(TEST_LABELS, &idx(0x08, &[0], &[]));
+        let msg = "no images: expected at least one image, found 0×2×3";
+        assert_err(load_dir(t.path()), &[TEST_IMAGES, msg]);
+    }
+
+    #[test]
+    fn data_files_must_be_regular_files_of_bounded_size() {
+        let t = TempDir::new("regular");
+        let fifo = t.fifo("train-images-idx3-ubyte");
+        assert_err(
+            read_idx(&fifo),
+            &["train-images-idx3-ubyte", "found a FIFO"],
+        );
+        assert_err(read_whole(t.path()), &["not a regular file", "a directory"]);
+        assert_eq!(read_whole(&t.write("small", b"abc")).unwrap(), b"abc");
     }
 }

@@ -9,9 +9,13 @@ use std::path::{Path, PathBuf};
 
 use tch::{Kind, Tensor};
 
-use super::{DataError, Dataset, Images, Split, classes_of, file_name, first_out_of_range};
+use super::{
+    DataError, Dataset, Images, MAX_CLASSES, MAX_FILE_BYTES, Split, classes_of, file_name,
+    first_out_of_range, npz, open_data,
+};
 
-/// Which of the two formats, and so which tch reader and file extension.
+/// Which of the two formats, and so which reader (npz: [`npz`], safetensors: tch's) and file
+/// extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Format {
     /// A zip of `.npy` arrays (`numpy.savez`, compressed or not).
@@ -29,14 +33,42 @@ impl Format {
         }
     }
 
-    /// All named arrays of `path`.
-    fn read(self, path: &Path) -> Result<Vec<(String, Tensor)>, tch::TchError> {
-        match self {
-            Format::Npz => Tensor::read_npz(path),
-            Format::Safetensors => Tensor::read_safetensors(path),
-        }
+    /// The arrays `wanted` of `path` and the names of all it has. A data file must be a regular
+    /// file; tch reads a safetensors file whole, so its size is checked first.
+    fn read(self, path: &Path, wanted: &[&str]) -> Result<Arrays, DataError> {
+        let (file, size) = open_data(path)?;
+        let (keys, arrays) = match self {
+            Format::Npz => {
+                let npz = npz::read(path, file, wanted)?;
+                (npz.names, npz.arrays)
+            }
+            Format::Safetensors => {
+                if size > MAX_FILE_BYTES {
+                    return Err(DataError::FileSize {
+                        path: path.to_path_buf(),
+                        size,
+                        limit: MAX_FILE_BYTES,
+                    });
+                }
+                let arrays =
+                    Tensor::read_safetensors(path).map_err(|source| DataError::TensorFile {
+                        path: path.to_path_buf(),
+                        format: self.ext(),
+                        source,
+                    })?;
+                (arrays.iter().map(|(k, _)| k.clone()).collect(), arrays)
+            }
+        };
+        Ok(Arrays {
+            file: path.to_path_buf(),
+            keys,
+            arrays,
+        })
     }
 }
+
+/// The arrays of a data set, train then test, images then labels.
+const KEYS: [&str; 4] = ["x_train", "y_train", "x_test", "y_test"];
 
 /// The dtypes accepted for labels: the integer ones (the class index is exact in all of them).
 const LABEL_KINDS: [Kind; 5] = [Kind::Uint8, Kind::Int8, Kind::Int16, Kind::Int, Kind::Int64];
@@ -44,12 +76,7 @@ const LABEL_KINDS: [Kind; 5] = [Kind::Uint8, Kind::Int8, Kind::Int16, Kind::Int,
 /// Loads the arrays of the tensor file `path` (or of the one such file in the directory).
 pub(super) fn load(path: &Path, format: Format) -> Result<Dataset, DataError> {
     let file = locate(path, format)?;
-    let arrays = format.read(&file).map_err(|source| DataError::TensorFile {
-        path: file.clone(),
-        format: format.ext(),
-        source,
-    })?;
-    let arrays = Arrays { file, arrays };
+    let arrays = format.read(&file, &KEYS)?;
     let train = arrays.split("x_train", "y_train")?;
     let test = arrays.split("x_test", "y_test")?;
     let file = arrays.file;
@@ -130,6 +157,9 @@ fn locate(path: &Path, format: Format) -> Result<PathBuf, DataError> {
 /// The arrays of one file, looked up by key; errors name the file.
 struct Arrays {
     file: PathBuf,
+    /// The names of all arrays in the file, read or not.
+    keys: Vec<String>,
+    /// The arrays read.
     arrays: Vec<(String, Tensor)>,
 }
 
@@ -145,7 +175,7 @@ impl Arrays {
         match self.arrays.iter().find(|(name, _)| name == key) {
             Some((_, tensor)) => Ok(tensor),
             None => {
-                let mut keys: Vec<String> = self.arrays.iter().map(|(k, _)| k.clone()).collect();
+                let mut keys = self.keys.clone();
                 keys.sort();
                 Err(DataError::MissingArray {
                     path: self.file.clone(),
@@ -214,6 +244,15 @@ impl Arrays {
             }
         };
         let (tensor, [len, channels, rows, cols]) = chw;
+        if rows == 0 || cols == 0 {
+            return Err(shape_error(
+                "zero-size images",
+                "images of at least 1×1 pixels",
+            ));
+        }
+        if len == 0 {
+            return Err(shape_error("no images", "at least one image"));
+        }
         let images = match kind {
             Kind::Uint8 => Images::U8(to_vec(&tensor)),
             _ => Images::F32(to_vec(&tensor)),
@@ -260,15 +299,17 @@ impl Arrays {
             .into_iter()
             .enumerate()
             .map(|(index, found)| {
-                u32::try_from(found).map_err(|_| DataError::ArrayLabel {
+                let expected = if found < 0 {
+                    "labels ≥ 0".to_string()
+                } else if found >= MAX_CLASSES as i64 {
+                    format!("labels below {MAX_CLASSES} (the most classes a model is built for)")
+                } else {
+                    return Ok(found as u32);
+                };
+                Err(DataError::ArrayLabel {
                     path: self.file.clone(),
                     key,
-                    expected: if found < 0 {
-                        "labels ≥ 0"
-                    } else {
-                        "labels below 2^32"
-                    }
-                    .to_string(),
+                    expected,
                     index,
                     found,
                 })
@@ -617,5 +658,59 @@ mod tests {
         let msg =
             "array y_train: expected labels of at least 2 classes (largest label + 1), found 1";
         assert_err(load_kind(DatasetKind::Npz, &path), &[msg]);
+    }
+
+    #[test]
+    fn a_stray_large_label_is_refused_not_a_huge_model() {
+        for (format, kind) in FORMATS {
+            let t = TempDir::new("stray-label");
+            let set = with(
+                arrays(&[2, 2], Kind::Uint8),
+                "y_train",
+                Tensor::from_slice(&[0i64, 1, 3_000_000, 2]),
+            );
+            let path = save(&t, format, &set);
+            let msg = "array y_train: label out of range: expected labels below 262144 (the most \
+                       classes a model is built for), found 3000000 at index 2";
+            assert_err(load_kind(kind, &path), &["data.", msg]);
+        }
+    }
+
+    #[test]
+    fn zero_size_images_and_empty_test_split_are_refused() {
+        let t = TempDir::new("empty");
+        let set = with(
+            arrays(&[2, 2], Kind::Uint8),
+            "x_train",
+            counting(4, &[0, 3], 0, Kind::Uint8),
+        );
+        let path = save(&t, Format::Safetensors, &set);
+        let msg = "array x_train: zero-size images: expected images of at least 1×1 pixels, \
+                   found 4×0×3";
+        assert_err(load_kind(DatasetKind::Safetensors, &path), &[msg]);
+        let set = with(
+            arrays(&[2, 2], Kind::Uint8),
+            "x_test",
+            counting(0, &[2, 2], 0, Kind::Uint8),
+        );
+        let set = with(set, "y_test", Tensor::from_slice::<u8>(&[]));
+        let path = save(&t, Format::Npz, &set);
+        let msg = "array x_test: no images: expected at least one image, found 0×2×2";
+        assert_err(load_kind(DatasetKind::Npz, &path), &["data.npz", msg]);
+    }
+
+    #[test]
+    fn devices_and_fifos_are_not_data_files() {
+        let zero = Path::new("/dev/zero");
+        assert_err(
+            load_kind(DatasetKind::Safetensors, zero),
+            &["/dev/zero: not a regular file: expected a data file, found a character device"],
+        );
+        let t = TempDir::new("fifo");
+        let fifo = t.fifo("data.npz");
+        assert_err(
+            load_kind(DatasetKind::Npz, &fifo),
+            &["data.npz: not a regular file", "found a FIFO"],
+        );
     }
 }
