@@ -36,6 +36,19 @@ static ALLOC: harness::Metered = harness::Metered;
 /// Inputs in these tests are a few KiB; an allocation above this was sized from a claim.
 const CLAIMED: usize = 128 << 20;
 
+/// Overwrites `bytes` with each edit's bytes at its offset, then cuts it at `cut`: a file
+/// damaged in place and truncated.
+fn damage(bytes: &mut Vec<u8>, edits: &[(Index, Vec<u8>)], cut: Option<Index>) {
+    for (at, new) in edits {
+        let at = at.index(bytes.len() + 1);
+        let end = (at + new.len()).min(bytes.len());
+        bytes.splice(at..end, new.iter().copied());
+    }
+    if let Some(c) = cut {
+        bytes.truncate(c.index(bytes.len() + 1));
+    }
+}
+
 /// Codec plugins decoded through the sandbox: byte, sparse, sign, seeded-index, and the
 /// two-round matrix layouts.
 const SANDBOXED: [&str; 6] = [
@@ -171,14 +184,7 @@ fn idx_bytes(f: &IdxFile) -> Vec<u8> {
     if *gz == 1 {
         b = gzip(&b);
     }
-    for (at, bytes) in edits {
-        let at = at.index(b.len() + 1);
-        let end = (at + bytes.len()).min(b.len());
-        b.splice(at..end, bytes.iter().copied());
-    }
-    if let Some(c) = cut {
-        b.truncate(c.index(b.len() + 1));
-    }
+    damage(&mut b, edits, *cut);
     b.extend(tail);
     if *gz == 2 {
         b = gzip(&b);
@@ -497,14 +503,7 @@ fn damaged_checkpoints_are_refused_not_panicked_on() {
     let dir = scratch("fuzz-checkpoint");
     fuzz("checkpoint", 300, checkpoint_case(), |c| {
         let mut t = tensor_bytes.clone();
-        for (at, bytes) in &c.tensors {
-            let at = at.index(t.len() + 1);
-            let end = (at + bytes.len()).min(t.len());
-            t.splice(at..end, bytes.iter().copied());
-        }
-        if let Some(cut) = c.cut {
-            t.truncate(cut.index(t.len() + 1));
-        }
+        damage(&mut t, &c.tensors, c.cut);
         let mut j = json.clone();
         if c.rehash {
             j["tensors_blake3"] = blake3::hash(&t).to_hex().to_string().into();
@@ -680,14 +679,7 @@ fn npz_bytes(c: &NpzCase) -> Vec<u8> {
         })
         .collect();
     let mut b = zip_bytes(&entries);
-    for (at, bytes) in &c.edits {
-        let at = at.index(b.len() + 1);
-        let end = (at + bytes.len()).min(b.len());
-        b.splice(at..end, bytes.iter().copied());
-    }
-    if let Some(cut) = c.cut {
-        b.truncate(cut.index(b.len() + 1));
-    }
+    damage(&mut b, &c.edits, c.cut);
     b
 }
 
