@@ -228,8 +228,8 @@ fn lost_node(line: &str) -> Option<String> {
     node.split_whitespace().next().map(String::from)
 }
 
-/// The losses in words: "rank 1 (signal 9, Killed)".
-fn describe(losses: &[Loss]) -> String {
+/// The losses and lost hosts in words: "rank 1 (signal 9, Killed) and host(s) h2".
+fn describe(losses: &[Loss], hosts: &[String]) -> String {
     let one = |l: &Loss| match &l.signal {
         _ if l.silent => format!(
             "rank {} (on {}: no collective-timeout report from it)",
@@ -240,8 +240,13 @@ fn describe(losses: &[Loss]) -> String {
         Some((n, _)) => format!("rank {} (signal {n})", l.rank),
         None => format!("rank {} (exited without finalizing MPI)", l.rank),
     };
-    let all: Vec<String> = losses.iter().map(one).collect();
-    all.join(", ")
+    let ranks: Vec<String> = losses.iter().map(one).collect();
+    let ranks = ranks.join(", ");
+    match (ranks.is_empty(), hosts.is_empty()) {
+        (_, true) => ranks,
+        (true, false) => format!("host(s) {}", hosts.join(", ")),
+        (false, false) => format!("{ranks} and host(s) {}", hosts.join(", ")),
+    }
 }
 
 /// What one attempt's output said about lost ranks.
@@ -582,11 +587,7 @@ impl Restart {
                 ),
             );
         }
-        let mut lost = describe(&losses);
-        if !lost_hosts.is_empty() {
-            let sep = if lost.is_empty() { "" } else { " and " };
-            lost = format!("{lost}{sep}host(s) {}", lost_hosts.join(", "));
-        }
+        let mut lost = describe(&losses, &lost_hosts);
         let step = checkpoint_step(&job.out).unwrap_or_else(|e| fail(a.status, &format!("{e:#}")));
         let resume_hint = match step {
             Some(s) => format!(
@@ -615,12 +616,9 @@ impl Restart {
             Some((_, slots)) if losses.is_empty() => *slots,
             _ => 0,
         };
-        let (unreachable, slots) = if lost_hosts.is_empty() {
-            (Vec::new(), 0)
-        } else {
-            drop_unreachable(args, hosts, &job.out, restarts + 1)
-                .unwrap_or_else(|e| fail(a.status, &format!("{e:#}")))
-        };
+        let (unreachable, slots) =
+            drop_unreachable(args, hosts, &lost_hosts, &job.out, restarts + 1)
+                .unwrap_or_else(|e| fail(a.status, &format!("{e:#}")));
         if !unreachable.is_empty() {
             lost = format!("{lost} and unreachable host(s) {}", unreachable.join(", "));
         }
@@ -676,17 +674,18 @@ impl Restart {
     }
 }
 
-/// After hosts were lost, asks the hosts the restart would run on whether an mpirun from here
-/// still reaches them, and drops those that do not from the hostfile (`OUT/hostfile.restart-N`
-/// again); the hosts dropped and their slots.
+/// After hosts were lost (`lost`), asks the hosts the restart would run on whether an mpirun
+/// from here still reaches them, and drops those that do not from the hostfile
+/// (`OUT/hostfile.restart-N` again); the hosts dropped and their slots.
 fn drop_unreachable(
     args: &LaunchArgs,
     hosts: &mut hostfile::Hosts,
+    lost: &[String],
     out: &Path,
     restart: u32,
 ) -> Result<(Vec<String>, u32)> {
     let all = hosts.current()?;
-    if all.is_empty() {
+    if lost.is_empty() || all.is_empty() {
         return Ok((Vec::new(), 0));
     }
     let env = hosts.env_override.as_deref();
@@ -806,7 +805,7 @@ mod tests {
         // h1 keeps rank 0, so only h2 goes.
         assert_eq!(hosts, ["h2"]);
         assert_eq!(
-            describe(&losses[1..2]),
+            describe(&losses[1..2], &[]),
             "rank 2 (on h2: no collective-timeout report from it)"
         );
     }
