@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `lsgd-host bench allreduce` at several world sizes, each run RUNS times, and one markdown
 # table of the medians: MPI_Allreduce's time and every other algorithm's time as a ratio to it
-# (lower is faster), as in the README. Release build; ranks oversubscribe the cores, unbound.
+# (lower is faster), as in docs/collectives.md. Release build; ranks oversubscribe the cores, unbound.
 #
 # Usage: bench-allreduce.sh [NPS] [SIZES] [RUNS] [ALGOS]
 #   defaults: "2 3 4"  4K,64K,1M,16M  3  mpi,ring,halving-doubling,binary-blocks,torus2d,hierarchical

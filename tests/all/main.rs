@@ -13,6 +13,7 @@ mod codecs;
 mod collective_timeout;
 mod common;
 mod data;
+mod docs;
 mod dgc;
 mod faults;
 mod formulas;
