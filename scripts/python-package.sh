@@ -25,6 +25,8 @@ rm -f "$wheels"/lsgd_torch-*.whl
 pip_install --force-reinstall --no-deps "$wheels"/lsgd_torch-*.whl
 flock -u 9
 if [ "$run_tests" = 1 ]; then
+  # A lint wrapper the caller set (scripts/test.sh) is for this build, not for what tests build.
+  unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
   export LSGD_PLUGIN_PATH="${LSGD_PLUGIN_PATH:-$CARGO_TARGET_DIR/plugins}"
   export LSGD_BIN="${LSGD_BIN:-$CARGO_TARGET_DIR/debug/lsgd-host}"
   # The whole suite unless the arguments name tests of their own.

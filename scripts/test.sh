@@ -12,15 +12,20 @@ step "format"
 cargo fmt --all -- --check
 cargo fmt --manifest-path plugins/lsgd-plugin-build/Cargo.toml -- --check
 
-step "build the plugins and test guests (wasm32-wasip2)"
-bash scripts/build-plugins.sh
-bash scripts/build-guests.sh  # C, Python, JavaScript, Go plugins (toolchains, clippy'd build tool)
-
-step "clippy: host (native) and guests (wasm32-wasip2)"
+# Clippy's lints, as errors, inside the builds themselves: cargo passes the workspace's crates
+# (never their dependencies) through clippy-driver, which lints each and then compiles it as
+# rustc would. A separate `cargo clippy` would compile every dependency (wasmtime, cranelift,
+# the libtorch bindings) a second time in check mode on a cold machine.
+clippy_driver="$(dirname "$(rustup which cargo)")/clippy-driver"
+[ -x "$clippy_driver" ] || rustup component add clippy
+linted() {
+  RUSTC_WORKSPACE_WRAPPER="$clippy_driver" CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" "$@"
+}
 crates=(-p lsgd-host -p lsgd-runtime -p lsgd-collective -p lsgd-train -p lsgd-policy -p lsgd-codec)
-cargo clippy --locked "${crates[@]}" -p lsgd-torch --all-targets -- -D warnings
-mapfile -t guests < <(bash scripts/build-plugins.sh --list)
-cargo clippy --locked --profile plugin --target wasm32-wasip2 "${guests[@]/#/-p=}" -- -D warnings
+
+step "build the plugins and test guests (wasm32-wasip2; clippy -D warnings)"
+linted bash scripts/build-plugins.sh
+bash scripts/build-guests.sh  # C, Python, JavaScript, Go plugins (toolchains, clippy'd build tool)
 
 step "crate boundaries"
 # The plugin runtime builds without libtorch and MPI, the collectives without libtorch and
@@ -34,11 +39,15 @@ forbidden() {  # crate, pattern of dependencies it must not pull in
 forbidden lsgd-runtime 'tch|torch-sys|mpi|mpi-sys'
 forbidden lsgd-collective 'tch|torch-sys|wasmtime'
 
-step "examples"
+step "build the host and its tests (clippy -D warnings), run the examples"
 # The examples run the binary that the tests' build makes: a plain `cargo build` resolves the
 # dependencies' features without the dev-dependencies, so it would compile ~100 crates
 # (cranelift, wasmtime-environ, wit-component …) a second time on a cold machine.
-cargo test --locked --no-run "${crates[@]}" --lib --bins --tests
+# The build's messages (JSON on stdout) name the test binaries for the runner below.
+artifacts="$(mktemp)"
+trap 'rm -f "$artifacts"' EXIT
+linted cargo test --locked --no-run "${crates[@]}" --lib --bins --tests \
+  --message-format=json-render-diagnostics >"$artifacts"
 for ex in examples/*.sh; do
   echo "-- $ex" >&2
   LSGD_BIN="$CARGO_TARGET_DIR/debug/lsgd-host" bash "$ex" >/dev/null
@@ -52,20 +61,21 @@ bash scripts/netlab.sh check >&2 || echo "the netlab tests will skip" >&2
 
 step "tests"
 # Doc examples are guest code (`ignore` blocks), so only library, binary and integration tests run.
-# --no-fail-fast: a failing test binary must not hide the binaries after it; the closing line
-# counts every test of every binary, and a binary that did not build or run fails the command.
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+# scripts/run-tests.py runs every binary the build above made, as `cargo test --no-fail-fast`
+# would (a failing binary does not hide the ones after it), two at a time (the integration
+# binary beside the unit-test binaries), and records each test's time for the list at the end.
+log="$(mktemp)" pylog="$(mktemp)" junit="$(mktemp --suffix .xml)"
+trap 'rm -f "$artifacts" "$log" "$pylog" "$junit"' EXIT
+times="$LSGD_CACHE_ROOT/test-times.tsv"
 status=0
-cargo test --locked --no-fail-fast "${crates[@]}" --lib --bins --tests 2>&1 | tee "$log" || status=$?
+python3 scripts/run-tests.py "$artifacts" "$times" 2>&1 | tee "$log" || status=$?
 
 step "lsgd-torch: build the Python package, install it into the venv, run its pytest suite"
 # Its tests compare against the binary and plugins built above, and torch as the oracle.
-pylog="$(mktemp)"
-trap 'rm -f "$log" "$pylog"' EXIT
 pystatus=0
-LSGD_BIN="$CARGO_TARGET_DIR/debug/lsgd-host" bash scripts/python-package.sh --test -p no:cacheprovider \
-  2>&1 | tee "$pylog" || pystatus=$?
+LSGD_BIN="$CARGO_TARGET_DIR/debug/lsgd-host" linted bash scripts/python-package.sh --test -p no:cacheprovider \
+  --junitxml "$junit" 2>&1 | tee "$pylog" || pystatus=$?
+python3 scripts/run-tests.py --slowest 10 "$times" "$junit" >&2
 # pytest's closing line: "N passed, M failed, … in Ts"; every cargo binary's "test result:" line.
 awk -v status="$status" -v pystatus="$pystatus" '
   /^test result:/ { p += $4; f += $6 }
