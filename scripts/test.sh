@@ -6,7 +6,14 @@ cd "$LSGD_ROOT"
 # The tests need an importable torch (bench ddp's PyTorch side, torch oracles), not only libtorch.
 bash scripts/setup.sh --python-torch
 
-step() { printf '\n== %s\n' "$*" >&2; }
+# Each step's wall time, printed at the end: the budget of a cold run is 35 minutes on CI's
+# 2-core machine (docs/testing.md), and this says which step grew.
+timings=() last_step="setup" last_at=$SECONDS
+lap() {
+  timings+=("$(printf '%5d s  %s' $((SECONDS - last_at)) "$last_step")")
+  last_step="$*" last_at=$SECONDS
+}
+step() { lap "$@"; printf '\n== %s\n' "$*" >&2; }
 
 step "format"
 cargo fmt --all -- --check
@@ -76,6 +83,10 @@ pystatus=0
 LSGD_BIN="$CARGO_TARGET_DIR/debug/lsgd-host" linted bash scripts/python-package.sh --test -p no:cacheprovider \
   --junitxml "$junit" 2>&1 | tee "$pylog" || pystatus=$?
 python3 scripts/run-tests.py --slowest 10 "$times" "$junit" >&2
+lap
+printf '\nwall time of each step:\n' >&2
+printf '%s\n' "${timings[@]}" >&2
+printf '%5d s  in all\n' "$SECONDS" >&2
 # pytest's closing line: "N passed, M failed, … in Ts"; every cargo binary's "test result:" line.
 awk -v status="$status" -v pystatus="$pystatus" '
   /^test result:/ { p += $4; f += $6 }
