@@ -71,7 +71,7 @@ impl<'w> Trainer<'w> {
         tch::manual_seed(run.seed as i64);
         let vs = VarStore::new(device);
         let model = run.model.build(&vs.root(), data.image, data.classes)?;
-        let opt = optim::build(&vs, run.sgd, run.adamw, run.error_feedback);
+        let opt = optim::build(&vs, run.sgd, run.adamw, run.error_feedback.moves_momentum());
         let tensors = tensor_descriptions(&vs, opt.params());
         let gradients = gradient_exchange(config, opt.as_ref(), &mut policies)?;
         let clock = run_clock(run, data.train.len, world.size())?;
@@ -265,7 +265,9 @@ fn gradient_exchange(
         clip_norm: run.local_clip_norm,
         find_unused: run.model.arch == crate::model::Arch::Script,
     };
-    local.check(run, policies.get(PolicyKind::LayerRate).is_some())?;
+    if policies.get(PolicyKind::LayerRate).is_some() {
+        run.validate_layer_rate()?;
+    }
     GradientExchange::new(
         &shapes,
         (run.bucket_mb * (1 << 20) as f64 / 4.0) as usize,
