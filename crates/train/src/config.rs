@@ -216,11 +216,68 @@ impl TrainConfig {
                 run.image_size
             )));
         }
-        Ok(())
+        run.validate_local()
     }
 }
 
 impl RunConfig {
+    /// Refuses what each rank would do to its own gradient (`--local-clip-norm`,
+    /// `--error-feedback momentum`) where the other settings cannot take it: momentum
+    /// correction needs SGD in its plain form, since it takes over the optimizer's momentum and
+    /// weight decay.
+    fn validate_local(&self) -> Result<(), Error> {
+        if let Some(c) = self
+            .local_clip_norm
+            .filter(|c| !(c.is_finite() && *c > 0.0))
+        {
+            return Err(Error::Config(format!(
+                "--local-clip-norm {c} must be finite and above 0"
+            )));
+        }
+        if self.local_clip_norm.is_some() && self.mode == Mode::Async {
+            return Err(Error::Config(
+                "--local-clip-norm clips a rank's gradient before the synchronous exchange, \
+                 which --mode async does not run"
+                    .into(),
+            ));
+        }
+        if !self.error_feedback.moves_momentum() {
+            return Ok(());
+        }
+        if self.adamw.is_some() {
+            return Err(momentum_refusal(
+                "--optimizer adamw",
+                "it accumulates SGD's velocity in the exchange (use --error-feedback residual)",
+            ));
+        }
+        if self.sgd.nesterov {
+            return Err(momentum_refusal(
+                "--nesterov",
+                "the exchange's velocity is heavy-ball momentum only",
+            ));
+        }
+        if self.sgd.form == SgdForm::Goyal {
+            return Err(momentum_refusal(
+                "--sgd-form goyal",
+                "the velocity accumulates gradients and the LR applies at the update, which is the pytorch form",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a layer-wise rate plugin (`--layer-rate`) with `--error-feedback momentum`: the
+    /// plugin is told the norms of a gradient, and the exchange returns accumulated velocities.
+    /// Not part of [`TrainConfig::validate`]: whether there is such a plugin is no setting.
+    pub fn validate_layer_rate(&self) -> Result<(), Error> {
+        if !self.error_feedback.moves_momentum() {
+            return Ok(());
+        }
+        Err(momentum_refusal(
+            "--layer-rate",
+            "a layer-wise rate sees the norms of a gradient, and the exchange returns accumulated velocities",
+        ))
+    }
+
     /// How `self` differs from the run a checkpoint saved, one line per setting, named by its
     /// flag; empty when they are equal.
     pub fn mismatches(&self, saved: &RunConfig) -> Vec<String> {
@@ -240,6 +297,13 @@ impl RunConfig {
         now.epochs = saved.epochs;
         now.mismatches(saved)
     }
+}
+
+/// Why `--error-feedback momentum` cannot be combined with `flag`.
+fn momentum_refusal(flag: &str, why: &str) -> Error {
+    Error::Config(format!(
+        "--error-feedback momentum cannot be combined with {flag}: {why}"
+    ))
 }
 
 fn json(c: &RunConfig) -> serde_json::Value {
@@ -339,10 +403,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn both_halves_flatten_into_one_json_object_as_before_the_split() {
-        let c = TrainConfig {
-            run: run(),
+    fn config(run: RunConfig) -> TrainConfig {
+        TrainConfig {
+            run,
             invocation: Invocation {
                 threads: 1,
                 data: PathBuf::from("d"),
@@ -359,7 +422,12 @@ mod tests {
                 loader_threads: 2,
                 save_model: None,
             },
-        };
+        }
+    }
+
+    #[test]
+    fn both_halves_flatten_into_one_json_object_as_before_the_split() {
+        let c = config(run());
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(v["seed"], 7);
         assert_eq!(v["out"], "o");
@@ -386,6 +454,65 @@ mod tests {
         old.as_object_mut().unwrap().remove("local_clip_norm");
         old["error_feedback"] = serde_json::Value::Bool(false);
         assert_eq!(serde_json::from_value::<TrainConfig>(old).unwrap(), c);
+    }
+
+    #[test]
+    fn local_clipping_and_momentum_correction_are_refused_where_the_run_cannot_take_them() {
+        config(run()).validate().unwrap();
+        let refused = |change: &dyn Fn(&mut RunConfig), says: &str| {
+            let mut r = run();
+            change(&mut r);
+            let e = config(r).validate().unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        };
+        for c in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            refused(
+                &|r| r.local_clip_norm = Some(c),
+                "must be finite and above 0",
+            );
+        }
+        refused(
+            &|r| {
+                r.local_clip_norm = Some(1.0);
+                r.mode = Mode::Async;
+            },
+            "which --mode async does not run",
+        );
+        let momentum = |r: &mut RunConfig| r.error_feedback = ErrorFeedback::Momentum;
+        for (change, flag) in [
+            (
+                &(|r: &mut RunConfig| r.adamw = Some(AdamWConfig::default()))
+                    as &dyn Fn(&mut RunConfig),
+                "--optimizer adamw",
+            ),
+            (&|r: &mut RunConfig| r.sgd.nesterov = true, "--nesterov"),
+            (
+                &|r: &mut RunConfig| r.sgd.form = SgdForm::Goyal,
+                "--sgd-form goyal",
+            ),
+        ] {
+            // Each is a run of its own, refused with momentum correction only.
+            let mut r = run();
+            change(&mut r);
+            config(r).validate().unwrap();
+            let says = format!("--error-feedback momentum cannot be combined with {flag}");
+            refused(
+                &|r| {
+                    momentum(r);
+                    change(r);
+                },
+                &says,
+            );
+        }
+        let mut r = run();
+        r.validate_layer_rate().unwrap();
+        momentum(&mut r);
+        config(r.clone()).validate().unwrap();
+        let e = r.validate_layer_rate().unwrap_err().to_string();
+        assert!(
+            e.contains("--error-feedback momentum cannot be combined with --layer-rate"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! rank; they describe the job rather than the training, so a resumed run keeps them all.
 //! A resume with `--allow-policy-change` adds one `policy-change` record at its step, kept by
 //! later resumes that continue from after it.
-//! Every record written here also goes to a TensorBoard event file ([`crate::tensorboard`]).
+//! Every record written here also goes to a TensorBoard event file ([`crate::tensorboard`]),
+//! as the scalars [`Record::scalars`] makes of it, so the two never disagree.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -195,6 +196,81 @@ impl Record {
         }
     }
 
+    /// The TensorBoard step of the record and its scalars by tag: every number the record has
+    /// (optional ones when present; `restart/lost_ranks` counts the lost ranks,
+    /// `policy_change/plugins` the slots whose plugin changed). Steps are at x = their index
+    /// (`train/*`), evaluations at x = the steps taken before them (`test/*`: the evaluation
+    /// after step index 11 is at 12), restarts by `lsgd-host launch` at the step the job resumed
+    /// from (`restart/*`), and a resume with `--allow-policy-change` at the step the new policies
+    /// start at (`policy_change/*`).
+    pub fn scalars(&self) -> (u64, Vec<(&'static str, f64)>) {
+        match self {
+            Record::Step(s) => {
+                let mut v = vec![
+                    ("train/loss", s.loss),
+                    ("train/lr", s.lr),
+                    ("train/global_batch", f64::from(s.global_batch)),
+                    ("train/micro_batches", f64::from(s.micro_batches)),
+                    ("train/label_smoothing", f64::from(s.label_smoothing)),
+                    ("train/epoch", s.epoch),
+                    ("train/samples_per_s", s.samples_per_s),
+                    ("train/compute_s", s.compute_s),
+                    ("train/communication_s", s.communication_s),
+                    ("train/policy_s", s.policy_s),
+                    ("train/bytes_sent", s.bytes_sent as f64),
+                    ("train/payload_bytes", s.payload_bytes as f64),
+                    ("train/compression_ratio", s.compression_ratio),
+                ];
+                v.extend(s.momentum.map(|x| ("train/momentum", x)));
+                v.extend(s.loss_scale.map(|x| ("train/loss_scale", x)));
+                v.extend(s.worker.map(|x| ("train/worker", f64::from(x))));
+                v.extend(s.staleness.map(|x| ("train/staleness", x as f64)));
+                (s.step, v)
+            }
+            Record::Eval(e) => (
+                e.step,
+                vec![
+                    ("test/loss", e.test_loss),
+                    ("test/accuracy", e.test_acc),
+                    ("test/epoch", f64::from(e.epoch)),
+                    ("test/elapsed_s", e.elapsed_s),
+                ],
+            ),
+            Record::Restart(r) => {
+                let mut v = vec![
+                    ("restart/attempt", f64::from(r.attempt)),
+                    ("restart/lost_ranks", r.lost_ranks.len() as f64),
+                    ("restart/world_size_before", f64::from(r.world_size_before)),
+                    ("restart/world_size_after", f64::from(r.world_size_after)),
+                    ("restart/elapsed_s", r.elapsed_s),
+                ];
+                v.extend(r.signal.map(|x| ("restart/signal", f64::from(x))));
+                (r.resumed_step, v)
+            }
+            Record::PolicyChange(c) => {
+                // A marker at the step, whatever changed: a chart of it shows where.
+                let mut v = vec![
+                    ("policy_change/count", 1.0),
+                    ("policy_change/plugins", c.changes.len() as f64),
+                ];
+                v.extend(c.epochs_to.map(|e| ("policy_change/epochs", f64::from(e))));
+                if c.codec_state_dropped {
+                    v.push(("policy_change/codec_state_dropped", 1.0));
+                }
+                (c.step, v)
+            }
+        }
+    }
+
+    /// The wall time of the record's event: a restart's is when the launcher restarted the
+    /// job, since `launch` writes it later; every other record's is now, as it is written.
+    fn wall_time(&self) -> f64 {
+        match self {
+            Record::Restart(r) => r.unix_s,
+            _ => tensorboard::unix_s(),
+        }
+    }
+
     fn step(&self) -> u64 {
         match self {
             Record::Step(s) => s.step + 1,
@@ -333,8 +409,8 @@ impl MetricsWriter {
                 "cannot write metrics in {}",
                 dir.display()
             )))?;
-            if tensorboard::scalars(r).0 >= from {
-                w.events.write(r).map_err(w.events.error())?;
+            if r.scalars().0 >= from {
+                w.event(r)?;
             }
         }
         w.flush()?;
@@ -348,7 +424,15 @@ impl MetricsWriter {
             "cannot write metrics in {}",
             self.dir.display()
         )))?;
-        self.events.write(record).map_err(self.events.error())
+        self.event(record)
+    }
+
+    /// Writes `record` to the event file, as one event of its scalars.
+    fn event(&mut self, record: &Record) -> Result<()> {
+        let (step, values) = record.scalars();
+        self.events
+            .scalars(record.wall_time(), step, &values)
+            .map_err(self.events.error())
     }
 
     /// Hands each line to its writer in one piece: a buffer that fills mid-record would
@@ -448,6 +532,87 @@ mod tests {
             test_acc: 0.5,
             elapsed_s: 1.0,
         })
+    }
+
+    #[test]
+    fn each_record_becomes_its_scalars_at_its_tensorboard_step() {
+        let step = Record::Step(StepRecord {
+            step: 300,
+            epoch: 1.5,
+            lr: 0.1,
+            momentum: Some(0.9),
+            global_batch: 256,
+            micro_batches: 2,
+            label_smoothing: 0.1,
+            loss: 2.25,
+            samples_per_s: 1000.0,
+            compute_s: 0.5,
+            communication_s: 0.25,
+            bytes_sent: 1 << 20,
+            payload_bytes: 4096,
+            compression_ratio: 32.0,
+            policy_s: 0.001,
+            loss_scale: Some(65536.0),
+            skipped: false,
+            worker: None,
+            staleness: None,
+        });
+        let (at, values) = step.scalars();
+        assert_eq!(at, 300);
+        assert_eq!(
+            values,
+            [
+                ("train/loss", 2.25),
+                ("train/lr", 0.1),
+                ("train/global_batch", 256.0),
+                ("train/micro_batches", 2.0),
+                ("train/label_smoothing", f64::from(0.1f32)),
+                ("train/epoch", 1.5),
+                ("train/samples_per_s", 1000.0),
+                ("train/compute_s", 0.5),
+                ("train/communication_s", 0.25),
+                ("train/policy_s", 0.001),
+                ("train/bytes_sent", f64::from(1 << 20)),
+                ("train/payload_bytes", 4096.0),
+                ("train/compression_ratio", 32.0),
+                ("train/momentum", 0.9),
+                ("train/loss_scale", 65536.0),
+            ]
+        );
+        // An evaluation is at the steps taken before it, not at the index of the last one.
+        assert_eq!(
+            eval(301).scalars(),
+            (
+                301,
+                vec![
+                    ("test/loss", 1.0),
+                    ("test/accuracy", 0.5),
+                    ("test/epoch", 1.0),
+                    ("test/elapsed_s", 1.0),
+                ]
+            )
+        );
+        let restart = Record::Restart(RestartRecord {
+            attempt: 1,
+            lost_ranks: vec![2, 3],
+            signal: Some(9),
+            world_size_before: 4,
+            world_size_after: 2,
+            resumed_step: 40,
+            unix_s: 1.5e9,
+            elapsed_s: 60.0,
+        });
+        let (at, values) = restart.scalars();
+        assert_eq!(at, 40);
+        assert!(values.contains(&("restart/lost_ranks", 2.0)), "{values:?}");
+        assert!(values.contains(&("restart/signal", 9.0)), "{values:?}");
+        assert_eq!(restart.wall_time(), 1.5e9);
+        let (at, values) = change(4, "schedule b (blake3 2…, params [])").scalars();
+        assert_eq!(at, 4);
+        assert_eq!(
+            values,
+            [("policy_change/count", 1.0), ("policy_change/plugins", 1.0)]
+        );
     }
 
     #[test]

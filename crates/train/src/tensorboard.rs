@@ -1,9 +1,7 @@
-//! TensorBoard event files beside metrics.jsonl (`tensorboard --logdir OUT`): every record
-//! [`crate::metrics::MetricsWriter`] writes is also one event of scalars, so the two never
-//! disagree. Steps are at x = their index (`train/*`), evaluations at x = the steps taken
-//! before them (`test/*`: the evaluation after step index 11 is at 12), restarts by
-//! `lsgd-host launch` at the step the job resumed from (`restart/*`), and a resume with
-//! `--allow-policy-change` at the step the new policies start at (`policy_change/*`).
+//! TensorBoard event files beside metrics.jsonl (`tensorboard --logdir OUT`): events of
+//! scalars, each a list of (tag, value) at a step, and the `SessionLog.START` a resumed run's
+//! file opens with. What a metrics record becomes, and at which step, is for
+//! [`crate::metrics::Record::scalars`] to say: this module only writes.
 //!
 //! The format is TensorFlow's: TFRecord framing (length, masked CRC-32C of the length, data,
 //! masked CRC-32C of the data) around `tensorboard.Event` protobufs, encoded here by hand
@@ -16,7 +14,6 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::metrics::Record;
 use crate::{Error, Result};
 
 /// What every event file's name starts with (TensorBoard looks for it).
@@ -100,16 +97,6 @@ impl EventWriter {
         self.record(&event)
     }
 
-    /// Appends `record`'s scalars (see [`scalars`]).
-    pub fn write(&mut self, record: &Record) -> io::Result<()> {
-        let (step, values) = scalars(record);
-        let wall_time = match record {
-            Record::Restart(r) => r.unix_s,
-            _ => unix_s(),
-        };
-        self.scalars(wall_time, step, &values)
-    }
-
     /// Pushes buffered events to disk.
     pub fn flush(&mut self) -> Result<()> {
         self.file.flush().map_err(self.error())
@@ -126,68 +113,6 @@ impl EventWriter {
         self.file.write_all(&masked_crc(&len).to_le_bytes())?;
         self.file.write_all(data)?;
         self.file.write_all(&masked_crc(data).to_le_bytes())
-    }
-}
-
-/// The TensorBoard step of `record` and its scalars by tag: every number the record has
-/// (optional ones when present; `restart/lost_ranks` counts the lost ranks,
-/// `policy_change/plugins` the slots whose plugin changed).
-pub fn scalars(record: &Record) -> (u64, Vec<(&'static str, f64)>) {
-    match record {
-        Record::Step(s) => {
-            let mut v = vec![
-                ("train/loss", s.loss),
-                ("train/lr", s.lr),
-                ("train/global_batch", f64::from(s.global_batch)),
-                ("train/micro_batches", f64::from(s.micro_batches)),
-                ("train/label_smoothing", f64::from(s.label_smoothing)),
-                ("train/epoch", s.epoch),
-                ("train/samples_per_s", s.samples_per_s),
-                ("train/compute_s", s.compute_s),
-                ("train/communication_s", s.communication_s),
-                ("train/policy_s", s.policy_s),
-                ("train/bytes_sent", s.bytes_sent as f64),
-                ("train/payload_bytes", s.payload_bytes as f64),
-                ("train/compression_ratio", s.compression_ratio),
-            ];
-            v.extend(s.momentum.map(|x| ("train/momentum", x)));
-            v.extend(s.loss_scale.map(|x| ("train/loss_scale", x)));
-            v.extend(s.worker.map(|x| ("train/worker", f64::from(x))));
-            v.extend(s.staleness.map(|x| ("train/staleness", x as f64)));
-            (s.step, v)
-        }
-        Record::Eval(e) => (
-            e.step,
-            vec![
-                ("test/loss", e.test_loss),
-                ("test/accuracy", e.test_acc),
-                ("test/epoch", f64::from(e.epoch)),
-                ("test/elapsed_s", e.elapsed_s),
-            ],
-        ),
-        Record::Restart(r) => {
-            let mut v = vec![
-                ("restart/attempt", f64::from(r.attempt)),
-                ("restart/lost_ranks", r.lost_ranks.len() as f64),
-                ("restart/world_size_before", f64::from(r.world_size_before)),
-                ("restart/world_size_after", f64::from(r.world_size_after)),
-                ("restart/elapsed_s", r.elapsed_s),
-            ];
-            v.extend(r.signal.map(|x| ("restart/signal", f64::from(x))));
-            (r.resumed_step, v)
-        }
-        Record::PolicyChange(c) => {
-            // A marker at the step, whatever changed: a chart of it shows where.
-            let mut v = vec![
-                ("policy_change/count", 1.0),
-                ("policy_change/plugins", c.changes.len() as f64),
-            ];
-            v.extend(c.epochs_to.map(|e| ("policy_change/epochs", f64::from(e))));
-            if c.codec_state_dropped {
-                v.push(("policy_change/codec_state_dropped", 1.0));
-            }
-            (c.step, v)
-        }
     }
 }
 
@@ -215,7 +140,8 @@ fn event_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn unix_s() -> f64 {
+/// Seconds since the Unix epoch now: the wall time of an event written as it happens.
+pub fn unix_s() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -294,7 +220,6 @@ fn masked_crc(data: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{EvalRecord, StepRecord};
 
     /// A protobuf field: (number, varint or fixed value, or bytes).
     #[derive(Debug, PartialEq)]
@@ -380,37 +305,17 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let mut w = EventWriter::create(&dir).unwrap();
-        let step = Record::Step(StepRecord {
-            step: 300,
-            epoch: 1.5,
-            lr: 0.1,
-            momentum: Some(0.9),
-            global_batch: 256,
-            micro_batches: 2,
-            label_smoothing: 0.1,
-            loss: 2.25,
-            samples_per_s: 1000.0,
-            compute_s: 0.5,
-            communication_s: 0.25,
-            bytes_sent: 1 << 20,
-            payload_bytes: 4096,
-            compression_ratio: 32.0,
-            policy_s: 0.001,
-            loss_scale: Some(65536.0),
-            skipped: false,
-            worker: None,
-            staleness: None,
-        });
-        w.write(&step).unwrap();
+        let step = [
+            ("train/loss", 2.25),
+            ("train/lr", 0.1),
+            ("train/bytes_sent", f64::from(1 << 20)),
+            ("train/policy_s", 0.001),
+            ("train/loss_scale", 65536.0),
+        ];
+        w.scalars(1.5e9, 300, &step).unwrap();
         w.session_start(7).unwrap();
-        w.write(&Record::Eval(EvalRecord {
-            step: 301,
-            epoch: 2,
-            test_loss: 0.5,
-            test_acc: 0.875,
-            elapsed_s: 3.0,
-        }))
-        .unwrap();
+        w.scalars(unix_s(), 301, &[("test/accuracy", 0.875)])
+            .unwrap();
         w.flush().unwrap();
         let path = w.path().to_path_buf();
         drop(w);
@@ -436,6 +341,7 @@ mod tests {
         assert_eq!(version[1], (3, Field::Bytes(b"brain.Event:2".to_vec())));
 
         let event = fields(&recs[1]);
+        assert_eq!(event[0], (1, Field::Int(1.5e9f64.to_bits())));
         assert_eq!(event[1], (2, Field::Int(300)));
         assert_eq!(event[2].0, 5);
         let values: Vec<(String, f32)> = fields(bytes_of(&event[2]))
@@ -452,11 +358,10 @@ mod tests {
                 )
             })
             .collect();
-        let (_, expected) = scalars(&step);
+        // Each value as the f32 TensorBoard keeps.
         assert_eq!(
             values,
-            expected
-                .iter()
+            step.iter()
                 .map(|(t, v)| (t.to_string(), *v as f32))
                 .collect::<Vec<_>>()
         );

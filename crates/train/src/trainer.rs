@@ -14,40 +14,46 @@
 //! 6. [`observe`](Trainer::observe): metrics, the evaluation at each epoch's end, the
 //!    cross-rank consistency check and the periodic checkpoint.
 //!
-//! [`save`](Trainer::save) writes a checkpoint, and [`stop`](Trainer::stop) is the one way out on
-//! a plugin fault: it saves the state before the failed step and names the fault.
+//! Beside the phases: `start` (trainer/start.rs) sets a run up ([`Trainer::new`]) and opens it;
+//! `stop` (trainer/stop.rs) ends it, after the last step or on a fault:
+//! [`save`](Trainer::save) writes a checkpoint, and [`stop`](Trainer::stop) is the one way out
+//! on a plugin fault, agreed between the ranks, which saves the state before the failed step
+//! and names the fault. `resume` continues a checkpoint, and `identity` is what a checkpoint
+//! records of each plugin.
 //!
 //! [`asynchronous`] is the other loop (`--mode async`): the same phases split between a
 //! parameter server (decide, update, observe) and workers (forward and backward).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use lsgd_collective::{Algorithm, Traffic, World};
 use lsgd_policy::{Role, TensorNorms};
 use lsgd_runtime::plugin::PolicyKind;
-use lsgd_runtime::policy::{Clock, Decision, PolicySet, RunShape};
+use lsgd_runtime::policy::{Clock, Decision, PolicySet};
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
 mod asynchronous;
 mod identity;
 mod resume;
+mod start;
+mod stop;
 
-use identity::{plugin_records, same_plugins};
+pub use start::Start;
 
-use crate::checkpoint::{self, Meta, PluginRecord};
+use crate::checkpoint::PluginRecord;
 use crate::config::{Mode, TrainConfig};
 use crate::eval::{self, Evaluation};
-use crate::exchange::{Exchanged, GradientExchange, Local};
+use crate::exchange::{Exchanged, GradientExchange};
 use crate::metrics::{EvalRecord, MetricsWriter, Record, StepRecord};
 use crate::model::Model;
-use crate::optim::{self, LrScale, Optimizer, Param};
+use crate::optim::{LrScale, Optimizer};
 use crate::order::{SampleOrder, micro_batches};
 use crate::precision::{Autocast, LossScaler};
 use crate::progress::Progress;
-use crate::tensors::{DataSettings, DataTensors};
-use crate::{Error, Reporting, Result, Summary, data, device, loss, parallel, rundir, tune_malloc};
+use crate::tensors::DataTensors;
+use crate::{Error, Result, Summary, loss, parallel};
 
 /// Prefix of model variables in checkpoints.
 const MODEL: &str = "model.";
@@ -130,128 +136,7 @@ pub struct Trainer<'w> {
     last_checkpoint: Option<(PathBuf, u64)>,
 }
 
-/// Where a run starts: afresh, or from a checkpoint and with what leave.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Start<'a> {
-    /// The checkpoint (or run directory) to continue (`--resume`).
-    pub resume: Option<&'a Path>,
-    /// `--allow-policy-change`: the checkpoint may be continued with other policy plugins,
-    /// parameters or `--epochs`, which start at its step (weights, optimizer state and step
-    /// carry over), so a run stopped by a plugin fault can go on with the fixed plugin.
-    pub allow_policy_change: bool,
-}
-
-impl<'w> Trainer<'w> {
-    /// Sets up the run `config` describes on this rank of `world`: data, model, optimizer,
-    /// gradient exchange and clock, resumed from `resume` if given.
-    pub fn new(
-        world: &'w mut World,
-        config: &TrainConfig,
-        policies: PolicySet,
-        resume: Option<&Path>,
-        reporting: Reporting,
-    ) -> Result<Self> {
-        let start = Start {
-            resume,
-            allow_policy_change: false,
-        };
-        Self::start(world, config, policies, start, reporting)
-    }
-
-    /// [`Trainer::new`], starting as `start` says.
-    pub fn start(
-        world: &'w mut World,
-        config: &TrainConfig,
-        mut policies: PolicySet,
-        start: Start<'_>,
-        reporting: Reporting,
-    ) -> Result<Self> {
-        let resume = start.resume;
-        config.validate()?;
-        if let Some(path) = &config.invocation.save_model {
-            // Refused now rather than after the run: a --save-model the model cannot use.
-            crate::model::saved_files(&config.run.model, path)?;
-        }
-        let plugins = plugin_records(&policies);
-        same_plugins(world, &plugins)?;
-        tune_malloc();
-        tch::set_num_threads(config.invocation.threads as i32);
-        let (run, device) = (&config.run, device(config.invocation.device)?);
-        let data = {
-            let dataset = data::load(run.dataset, &config.invocation.data)?;
-            let settings = DataSettings {
-                train_subset: run.train_subset,
-                test_subset: run.test_subset,
-                augment: run.augment,
-                image_size: run.image_size as usize,
-                seed: run.seed,
-                loader_threads: config.invocation.loader_threads,
-            };
-            DataTensors::new(&dataset, &settings, device)?
-        };
-        tch::manual_seed(run.seed as i64);
-        let vs = VarStore::new(device);
-        let model = run.model.build(&vs.root(), data.image, data.classes)?;
-        let opt = optim::build(&vs, run.sgd, run.adamw, run.error_feedback);
-        let tensors = tensor_descriptions(&vs, opt.params());
-        let gradients = gradient_exchange(config, opt.as_ref(), &mut policies)?;
-        let clock = Clock::new(RunShape {
-            epochs: run.epochs,
-            samples_per_epoch: data.train.len as u64,
-            initial_batch: run.global_batch,
-            // An asynchronous update's batch is one worker's, not split over the ranks.
-            world_size: match run.mode {
-                Mode::Sync => world.size() as u32,
-                Mode::Async => 1,
-            },
-            base_lr: run.base_lr,
-            reference_batch: run.reference_batch,
-        })?;
-        claim_out(world, config, resume)?;
-        let mut trainer = Trainer {
-            plugins,
-            order: SampleOrder::new(run.seed, data.train.len),
-            progress: Progress::new(0, true),
-            metrics: Metrics(None),
-            world,
-            config: config.clone(),
-            policies,
-            data,
-            device,
-            vs,
-            model,
-            opt,
-            gradients,
-            autocast: run.mixed_precision.precision.autocast_kind(),
-            scaler: run.mixed_precision.scaler(),
-            clock,
-            epochs_evaluated: 0,
-            started: Instant::now(),
-            samples: 0,
-            last_eval: None,
-            last_decision: None,
-            staleness: Default::default(),
-            tensors,
-            last_checkpoint: None,
-        };
-        let resumed = resume
-            .map(|path| trainer.resume(path, start.allow_policy_change, reporting.quiet))
-            .transpose()?;
-        let root = trainer.world.is_root();
-        if root {
-            let inv = &trainer.config.invocation;
-            let from = resumed.as_ref().map(|r| &r.metrics);
-            trainer.metrics = Metrics(Some(MetricsWriter::open(&inv.out, inv.csv, from)?));
-        }
-        if let Some(change) = resumed.and_then(|r| r.change) {
-            trainer.metrics.write(&Record::PolicyChange(change))?;
-            trainer.metrics.flush()?;
-        }
-        let total = trainer.clock.state().total_steps;
-        trainer.progress = Progress::new(total, reporting.quiet || !root);
-        Ok(trainer)
-    }
-
+impl Trainer<'_> {
     /// Trains to the end of the run (or `--stop-after-steps`), then checks the ranks agree and
     /// saves the final checkpoint.
     pub fn run(mut self) -> Result<Summary> {
@@ -670,290 +555,6 @@ impl<'w> Trainer<'w> {
             parallel::tensors_digest(self.opt.weights()),
         )
     }
-
-    /// After the last step: the final consistency check and checkpoint, and the summary.
-    fn finish(mut self) -> Result<Summary> {
-        self.metrics.flush()?;
-        if self.world.size() > 1 && self.config.run.mode == Mode::Sync {
-            if let Some((d, scales)) = self.last_decision.take() {
-                self.consistency(&d, &scales)?;
-            }
-            self.progress.line(&format!(
-                "consistency: weights and policy outputs bit-identical on all {} ranks at step {}",
-                self.world.size(),
-                self.clock.step()
-            ));
-        }
-        let reason = if self.clock.finished() {
-            "final"
-        } else {
-            "stopped"
-        };
-        let checkpoint = self.save(reason)?;
-        if let (true, Some(path)) = (self.world.is_root(), &self.config.invocation.save_model) {
-            crate::model::save_model(&self.vs, &self.model, path)?;
-            self.progress
-                .line(&format!("model weights saved to {}", path.display()));
-        }
-        self.progress.finish();
-        let elapsed = self.started.elapsed().as_secs_f64();
-        Ok(Summary {
-            steps: self.clock.step(),
-            last_eval: self.last_eval,
-            last_loss: self.clock.state().last_loss,
-            weights_blake3: crate::weights_blake3(&self.vs),
-            checkpoint,
-            loss_scaler: self.scaler.as_ref().map(LossScaler::state),
-            staleness: std::mem::take(&mut self.staleness),
-            samples_per_s: per_second(self.samples, elapsed),
-        })
-    }
-
-    /// Saves a checkpoint on rank 0 (every rank takes part: the codec state of all ranks goes
-    /// into it); returns its path. In a synchronous run on several ranks, every rank learns
-    /// whether rank 0 wrote it, and fails with rank 0's error if not: a rank names only a
-    /// checkpoint that was written whole.
-    pub fn save(&mut self, reason: &str) -> Result<PathBuf> {
-        let codec_state = self.gradients.checkpoint_tensors(self.world)?;
-        let written = if self.world.is_root() {
-            self.write_checkpoint(reason, codec_state)
-        } else {
-            Ok(self.config.invocation.out.join(checkpoint::JSON_NAME))
-        };
-        let saved = if self.agrees() {
-            let mine = written.as_ref().err().map(ToString::to_string);
-            match (self.world.first_message(mine.as_deref())?, written) {
-                (Some((rank, message)), Ok(_)) => Err(Error::OnRank { rank, message }),
-                (_, written) => written,
-            }
-        } else {
-            written
-        }?;
-        self.note_checkpoint(saved.clone(), self.clock.step());
-        Ok(saved)
-    }
-
-    /// Writes rank 0's checkpoint of the state now, with every rank's `codec_state`.
-    fn write_checkpoint(
-        &mut self,
-        reason: &str,
-        codec_state: Vec<(String, Tensor)>,
-    ) -> Result<PathBuf> {
-        let out = &self.config.invocation.out;
-        let mut tensors: Vec<(String, Tensor)> = self
-            .vs
-            .variables()
-            .into_iter()
-            .map(|(n, t)| (format!("{MODEL}{n}"), t))
-            .collect();
-        tensors.extend(self.opt.state());
-        tensors.extend(codec_state);
-        let state = self.clock.state();
-        let policy_state = self
-            .policies
-            .states_at(state.step)
-            .map_err(Error::from)?
-            .into_iter()
-            .map(|(slot, bytes)| (slot.key(), checkpoint::hex(&bytes)))
-            .collect();
-        let meta = Meta {
-            format: checkpoint::FORMAT.into(),
-            reason: reason.into(),
-            tensors: String::new(),
-            tensors_blake3: String::new(),
-            step: state.step,
-            samples_seen: state.samples_seen,
-            last_loss: state.last_loss,
-            last_metric: state.last_metric,
-            last_lr: self.opt.last_lr(),
-            epochs_evaluated: self.epochs_evaluated,
-            train_len: self.data.train.len,
-            config: self.config.clone(),
-            plugins: self.plugins.clone(),
-            policy_state,
-            loss_scaler: self.scaler.as_ref().map(LossScaler::state),
-        };
-        checkpoint::save(out, meta, &tensors)
-    }
-
-    /// Records the newest checkpoint: a divergence names it, and so does the collective
-    /// watchdog's report (with the directory to resume from).
-    fn note_checkpoint(&mut self, json: PathBuf, step: u64) {
-        let dir = json
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        lsgd_collective::watchdog::note_checkpoint(step, dir);
-        self.last_checkpoint = Some((json, step));
-    }
-
-    /// After a plugin fault: flushes the metrics, saves the state before the current step and
-    /// returns the fault with where that state went (or the error that prevented saving). With
-    /// several ranks every rank must call it (the faults are agreed first): the save is a
-    /// collective, and every rank returns the same error, the lowest faulting rank's fault
-    /// prefixed by its rank, and rank 0's checkpoint path or save error.
-    pub fn stop(&mut self, fault: Error) -> Error {
-        // Saved even when the flush failed: the save is a collective the other ranks are in.
-        let flushed = self.metrics.flush();
-        let saved = self.save("plugin fault");
-        let saved = flushed.and(saved);
-        self.progress.finish();
-        let (fault, saved) = if self.agrees() {
-            match self.shared_stop(fault, saved) {
-                Ok(shared) => shared,
-                Err(e) => return e,
-            }
-        } else {
-            (fault, saved)
-        };
-        match saved {
-            Ok(saved) => Error::Stopped {
-                step: self.clock.step(),
-                saved,
-                fault: Box::new(fault),
-            },
-            Err(e) => e,
-        }
-    }
-
-    /// Whether faults must be agreed between ranks: a synchronous run on several ranks (in
-    /// `--mode async` only the server calls the policies, and stops the workers itself).
-    fn agrees(&self) -> bool {
-        self.world.size() > 1 && self.config.run.mode == Mode::Sync
-    }
-
-    /// `outcome` of this rank's `what` calls, once the ranks agree: one all-gather of a flag
-    /// (none on one rank), and if any rank faulted, every rank stops through [`Trainer::stop`].
-    fn agreed<T>(&mut self, what: &str, outcome: Result<T>) -> Result<T> {
-        self.report_held();
-        if !self.agrees() {
-            return outcome.map_err(|fault| self.stop(fault));
-        }
-        match (self.world.agree_failure(outcome.is_err())?, outcome) {
-            (_, Err(fault)) => Err(self.stop(fault)),
-            (Some(rank), Ok(_)) => {
-                let step = self.clock.step();
-                let what = what.to_string();
-                Err(self.stop(Error::Elsewhere { rank, what, step }))
-            }
-            (None, Ok(v)) => Ok(v),
-        }
-    }
-
-    /// Warns (rank 0) of every fault `--on-plugin-fault hold-last` absorbed since the last
-    /// call. Policies are deterministic, so every rank held the same output; the consistency
-    /// check catches the case where they did not.
-    fn report_held(&mut self) {
-        for held in self.policies.take_held() {
-            if self.world.is_root() {
-                self.progress.warn(&format!(
-                    "warning: {}\n  --on-plugin-fault hold-last kept its last good output \
-                     ({} fault(s) in a row); a fresh instance answers the next call",
-                    held.fault, held.in_a_row
-                ));
-            }
-        }
-    }
-
-    /// [`Trainer::stop`]'s agreement: the lowest rank whose fault is its own (not news of
-    /// another rank's) gives every rank its message, and rank 0 gives the checkpoint's path or
-    /// why it could not be saved. Faults every rank met alike (payload lengths that disagree)
-    /// stay as they are.
-    fn shared_stop(
-        &mut self,
-        fault: Error,
-        saved: Result<PathBuf>,
-    ) -> Result<(Error, Result<PathBuf>)> {
-        let own = !matches!(fault, Error::Elsewhere { .. } | Error::Exchange(_));
-        let message = own.then(|| fault.to_string());
-        let fault = match self.world.first_message(message.as_deref())? {
-            Some((rank, message)) => Error::OnRank { rank, message },
-            None => fault,
-        };
-        // `1` and the path, or `0` and the error.
-        let mut root = match &saved {
-            Ok(path) => [b"1", path.as_os_str().as_encoded_bytes()].concat(),
-            Err(e) => [b"0", e.to_string().as_bytes()].concat(),
-        };
-        self.world.broadcast_bytes(&mut root)?;
-        let text = String::from_utf8_lossy(&root[1..]).into_owned();
-        let saved = match root.first() {
-            Some(b'1') => Ok(PathBuf::from(text)),
-            _ => Err(Error::OnRank {
-                rank: 0,
-                message: format!("cannot save the state after the fault: {text}"),
-            }),
-        };
-        Ok((fault, saved))
-    }
-
-    /// The line that opens a run: the model, the data, the ranks and the gradient path.
-    fn announce(&mut self) {
-        let params: usize = self.opt.params().iter().map(|p| p.tensor.numel()).sum();
-        let path = match (
-            self.gradients.compressor(),
-            self.policies.get(PolicyKind::Codec),
-        ) {
-            (Some(c), Some(p)) => format!(
-                ", codec {} ({:?}, {} round(s), {} bucket(s){})",
-                p.info().name,
-                c.properties().combine,
-                c.properties().rounds,
-                self.gradients.len(),
-                self.config.run.error_feedback.announce()
-            ),
-            _ if self.world.size() > 1 => format!(
-                ", {} all-reduce over {} bucket(s)",
-                self.config.invocation.allreduce,
-                self.gradients.len()
-            ),
-            _ => String::new(),
-        };
-        let precision = match self.config.run.mixed_precision.precision {
-            crate::precision::Precision::Fp32 => String::new(),
-            p => format!(" in {p} (autocast, fp32 master weights)"),
-        };
-        self.progress.line(&format!(
-            "training {} ({params} parameters) on {} samples, device {:?}{precision}, {} epochs from step {}, {} rank(s){path}",
-            self.config.run.model.arch,
-            self.data.train.len,
-            self.device,
-            self.config.run.epochs,
-            self.clock.step(),
-            self.world.size(),
-        ));
-    }
-}
-
-/// Makes `--out` this run's (rank 0 checks and creates it, see [`rundir::claim`]); every rank
-/// stops alike, with rank 0's message, when it refuses.
-fn claim_out(world: &World, config: &TrainConfig, resume: Option<&Path>) -> Result<()> {
-    let inv = &config.invocation;
-    let claimed = if world.is_root() {
-        rundir::claim(&inv.out, resume, inv.overwrite).and_then(|removed| {
-            if !removed.is_empty() {
-                eprintln!(
-                    "--overwrite: removed the previous run's {} file(s) from {}",
-                    removed.len(),
-                    inv.out.display()
-                );
-            }
-            std::fs::create_dir_all(&inv.out).map_err(Error::io(format!(
-                "cannot create --out {}",
-                inv.out.display()
-            )))
-        })
-    } else {
-        Ok(())
-    };
-    if world.size() == 1 {
-        return claimed;
-    }
-    let message = claimed.as_ref().err().map(ToString::to_string);
-    match world.first_message(message.as_deref())? {
-        Some((rank, message)) if claimed.is_ok() => Err(Error::OnRank { rank, message }),
-        _ => claimed,
-    }
 }
 
 /// `count` per second over `seconds` (0 when no time passed).
@@ -963,49 +564,6 @@ fn per_second(count: u64, seconds: f64) -> f64 {
     } else {
         0.0
     }
-}
-
-/// The gradient exchange of `opt`'s parameters (bucket size, all-reduce, codec, error
-/// feedback and local clipping as `config` says).
-fn gradient_exchange(
-    config: &TrainConfig,
-    opt: &dyn Optimizer,
-    policies: &mut PolicySet,
-) -> Result<GradientExchange> {
-    let run = &config.run;
-    let shapes: Vec<(String, Vec<i64>)> = opt
-        .params()
-        .iter()
-        .map(|p| (p.name.clone(), p.tensor.size()))
-        .collect();
-    let local = Local {
-        error_feedback: run.error_feedback,
-        momentum: run.sgd.momentum,
-        weight_decays: opt.weight_decays().to_vec(),
-        clip_norm: run.local_clip_norm,
-        find_unused: run.model.arch == crate::model::Arch::Script,
-    };
-    local.check(run, policies.get(PolicyKind::LayerRate).is_some())?;
-    GradientExchange::new(
-        &shapes,
-        (run.bucket_mb * (1 << 20) as f64 / 4.0) as usize,
-        config.invocation.allreduce,
-        policies.codec_mut(),
-        local,
-        run.seed,
-    )
-}
-
-/// Each trainable tensor's name, shape and role, in the optimizer's order.
-fn tensor_descriptions(vs: &VarStore, params: &[Param]) -> Vec<(String, Vec<u32>, Role)> {
-    params
-        .iter()
-        .zip(Param::roles(vs, params))
-        .map(|(p, role)| {
-            let shape = p.tensor.size().iter().map(|&d| d as u32).collect();
-            (p.name.clone(), shape, role)
-        })
-        .collect()
 }
 
 /// The metrics writer on rank 0, nothing elsewhere.

@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use image::ImageFormat;
 use image::io::Reader;
 
-use super::{DataError, Dataset, Images, Split, kind_text, open_data};
+use super::error::kind_text;
+use super::{DataError, Dataset, Images, Split, open_data};
 
 /// The most pixels an image may have: PIL's `Image.MAX_IMAGE_PIXELS`, above which it warns of
 /// a decompression bomb. Every image is resized to `--image-size`, so a larger one costs

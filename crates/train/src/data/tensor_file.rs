@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 
 use tch::{Kind, Tensor};
 
+use super::error::file_name;
 use super::{
-    DataError, Dataset, Images, MAX_CLASSES, MAX_FILE_BYTES, Split, classes_of, file_name,
-    first_out_of_range, npz, open_data,
+    DataError, Dataset, Images, MAX_CLASSES, MAX_FILE_BYTES, Split, classes_of, first_out_of_range,
+    npz, open_data,
 };
 
 /// Which of the two formats, and so which reader (npz: [`npz`], safetensors: tch's) and file
@@ -347,8 +348,9 @@ fn kind_name(kind: Kind) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::error::dims_text;
     use crate::data::test_files::{TempDir, assert_err};
-    use crate::data::{DatasetKind, dims_text, load as load_kind};
+    use crate::data::{DatasetKind, load as load_kind};
 
     /// A tensor's shape in the notation of the messages.
     fn shape(tensor: &Tensor) -> String {

@@ -65,58 +65,6 @@ pub struct Local {
     pub find_unused: bool,
 }
 
-impl Local {
-    /// Checks the settings against each other: `momentum` needs SGD in its plain form, with
-    /// no layer-wise rate, since it takes over the optimizer's momentum and weight decay.
-    pub fn check(&self, run: &crate::RunConfig, layer_rate: bool) -> Result<()> {
-        if let Some(c) = self.clip_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
-            return Err(Error::Config(format!(
-                "--local-clip-norm {c} must be finite and above 0"
-            )));
-        }
-        if self.clip_norm.is_some() && run.mode == crate::config::Mode::Async {
-            return Err(Error::Config(
-                "--local-clip-norm clips a rank's gradient before the synchronous exchange, \
-                 which --mode async does not run"
-                    .into(),
-            ));
-        }
-        if !self.error_feedback.moves_momentum() {
-            return Ok(());
-        }
-        let refuse = |flag: &str, why: &str| {
-            Err(Error::Config(format!(
-                "--error-feedback momentum cannot be combined with {flag}: {why}"
-            )))
-        };
-        if run.adamw.is_some() {
-            return refuse(
-                "--optimizer adamw",
-                "it accumulates SGD's velocity in the exchange (use --error-feedback residual)",
-            );
-        }
-        if run.sgd.nesterov {
-            return refuse(
-                "--nesterov",
-                "the exchange's velocity is heavy-ball momentum only",
-            );
-        }
-        if run.sgd.form == crate::optim::SgdForm::Goyal {
-            return refuse(
-                "--sgd-form goyal",
-                "the velocity accumulates gradients and the LR applies at the update, which is the pytorch form",
-            );
-        }
-        if layer_rate {
-            return refuse(
-                "--layer-rate",
-                "a layer-wise rate sees the norms of a gradient, and the exchange returns accumulated velocities",
-            );
-        }
-        Ok(())
-    }
-}
-
 /// The gradient exchange of a run: its bucket layout, the all-reduce algorithm, what each
 /// rank does to its own gradient and, with a codec, the codec's state.
 pub struct GradientExchange {

@@ -21,7 +21,6 @@ pub use adamw::{AdamW, AdamWConfig};
 pub use sgd::{Sgd, SgdConfig, SgdForm};
 
 use crate::Error;
-use crate::exchange::ErrorFeedback;
 
 /// The update rule (`--optimizer`).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,19 +33,17 @@ pub enum OptimizerKind {
 }
 
 /// The optimizer of a run over the trainable variables of `vs`: AdamW when its settings are
-/// given, else SGD, which with `--error-feedback momentum` leaves momentum and weight decay to
-/// the exchange.
+/// given, else SGD, which with `momentum_in_exchange` (`--error-feedback momentum`) leaves
+/// momentum and weight decay to the exchange.
 pub fn build(
     vs: &VarStore,
     sgd: SgdConfig,
     adamw: Option<AdamWConfig>,
-    error_feedback: ErrorFeedback,
+    momentum_in_exchange: bool,
 ) -> Box<dyn Optimizer> {
     match adamw {
         Some(c) => Box::new(AdamW::new(vs, c)),
-        None if error_feedback.moves_momentum() => {
-            Box::new(Sgd::new(vs, sgd).with_momentum_in_exchange())
-        }
+        None if momentum_in_exchange => Box::new(Sgd::new(vs, sgd).with_momentum_in_exchange()),
         None => Box::new(Sgd::new(vs, sgd)),
     }
 }
