@@ -3,25 +3,15 @@
 //! it as α, β too; `bench allreduce --model` and `simulate --model` price with the file.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use crate::common::{lsgd, no_mpirun, scratch, stderr, stdout};
+use crate::common::{lsgd, mpirun_command, no_mpirun, scratch, stderr, stdout};
 
-/// `mpirun -np 2 lsgd-host ARGS` over shared memory, oversubscribed and unbound (as mpi.rs).
+/// `mpirun -np 2 lsgd-host ARGS` over shared memory, oversubscribed and unbound.
 fn two_ranks(args: &[&str]) -> Output {
-    let o = Command::new("mpirun")
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-            "-np",
-            "2",
-        ])
-        .arg(env!("CARGO_BIN_EXE_lsgd-host"))
+    let o = mpirun_command()
+        .args(["-np", "2", env!("CARGO_BIN_EXE_lsgd-host")])
         .args(args)
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
         .output()
         .expect("mpirun (Open MPI) is installed by scripts/setup.sh");
     assert!(

@@ -34,15 +34,6 @@ fn run(args: &[String]) -> Output {
     command(args).output().unwrap()
 }
 
-/// The `weights blake3 …` a finished run prints.
-fn weights(o: &Output) -> String {
-    let out = stdout(o);
-    out.lines()
-        .find_map(|l| l.strip_prefix("weights blake3 "))
-        .unwrap_or_else(|| panic!("no weights line in\n{out}\n{}", stderr(o)))
-        .to_string()
-}
-
 /// The weights of the tiny job run straight through, once per test process.
 fn straight_weights() -> &'static str {
     static W: OnceLock<String> = OnceLock::new();
@@ -495,21 +486,10 @@ fn a_json_naming_a_tensor_file_elsewhere_is_skipped_unread() {
 /// `mpirun -np N lsgd-host` with the tiny job's flags at global batch 48 (8 steps; divisible
 /// by 3 and by 2), plus `extra`.
 fn mpirun_tiny(n: usize, out: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new("mpirun");
-    c.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-        "-np",
-        &n.to_string(),
-        env!("CARGO_BIN_EXE_lsgd-host"),
-    ])
-    .args(tiny_at(48, 1, out, extra))
-    .env("OMPI_MCA_btl", "self,vader")
-    .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
-    .env("LSGD_CACHE_DIR", scratch_cache())
-    .env_remove(checkpoint::STALL_ENV);
+    let mut c = mpirun_command();
+    c.args(["-np", &n.to_string(), env!("CARGO_BIN_EXE_lsgd-host")])
+        .args(tiny_at(48, 1, out, extra))
+        .env_remove(checkpoint::STALL_ENV);
     c
 }
 
@@ -541,16 +521,8 @@ fn killing_rank_0_mid_checkpoint_ends_the_job_and_the_checkpoint_resumes_on_3_an
         let _ = err.read_to_string(&mut rest);
         rest
     });
-    let status = loop {
-        if let Some(s) = job.try_wait().unwrap() {
-            break s;
-        }
-        if killed.elapsed() > Duration::from_secs(30) {
-            let _ = job.kill();
-            panic!("mpirun still running 30 s after rank 0 was killed");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_at_most(&mut job, Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("mpirun still running 30 s after rank 0 was killed"));
     let stopped = killed.elapsed();
     let rest = drain.join().unwrap();
     assert!(

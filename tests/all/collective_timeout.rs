@@ -30,8 +30,9 @@ fn job(out: &Path) -> Vec<String> {
 /// The job under `mpirun -np 2`, its output in files in `dir`.
 fn under_mpirun(dir: &Path, out: &Path) -> Child {
     let bin = env!("CARGO_BIN_EXE_lsgd-host").to_string();
-    let mut args: Vec<String> = ["--oversubscribe", "--bind-to", "none", "-np", "2", &bin]
+    let mut args: Vec<String> = MPIRUN_FLAGS
         .iter()
+        .chain(&["-np", "2", &bin])
         .map(|s| s.to_string())
         .collect();
     args.extend(job(out));
@@ -64,18 +65,7 @@ fn freeze_rank_1(child: &mut Child, dir: &Path, out: &Path) -> u32 {
 /// Waits at most `bound` for `child`; its exit code and stderr. The frozen rank is killed in
 /// any case, so that no test leaves a stopped process behind.
 fn finish(mut child: Child, dir: &Path, frozen: u32, bound: Duration) -> (Option<i32>, String) {
-    let started = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if started.elapsed() > bound {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_at_most(&mut child, bound);
     if stopped(frozen) {
         signal(frozen, "-KILL");
     }

@@ -119,17 +119,25 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// `mpirun` as root on a small machine: oversubscribed, unbound, one thread per rank.
-pub fn mpirun(apps: &[Vec<String>]) -> std::process::Output {
+/// `mpirun`'s flags as root on a small machine: oversubscribed, and unbound (bound ranks
+/// sharing a core would spin against each other).
+pub const MPIRUN_FLAGS: [&str; 4] = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"];
+
+/// `mpirun` with [`MPIRUN_FLAGS`], Open MPI's shared-memory transport (no network probing),
+/// the built plugins and a private component cache; the apps follow.
+pub fn mpirun_command() -> std::process::Command {
     let mut cmd = std::process::Command::new("mpirun");
-    cmd.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-    ])
-    .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
-    .env("LSGD_CACHE_DIR", scratch_cache());
+    cmd.args(MPIRUN_FLAGS)
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
+        .env("LSGD_CACHE_DIR", scratch_cache());
+    cmd
+}
+
+/// Runs `apps` (each `-np N program args…`) under [`mpirun_command`] to the end.
+pub fn mpirun(apps: &[Vec<String>]) -> std::process::Output {
+    let mut cmd = mpirun_command();
     for (i, app) in apps.iter().enumerate() {
         if i > 0 {
             cmd.arg(":");
@@ -375,6 +383,15 @@ pub fn last_accuracy(out: &Path) -> f64 {
         .map(|e| e.test_acc)
         .next_back()
         .expect("an evaluation after each epoch")
+}
+
+/// The `weights blake3 …` hash a finished (or stopped) run printed.
+pub fn weights(o: &Output) -> String {
+    let out = stdout(o);
+    out.lines()
+        .find_map(|l| l.strip_prefix("weights blake3 "))
+        .unwrap_or_else(|| panic!("no weights line in\n{out}\n{}", stderr(o)))
+        .to_string()
 }
 
 /// The project venv's Python (`$LSGD_VENV`, else the cache's `venv`): the test command

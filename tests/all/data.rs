@@ -73,16 +73,6 @@ fn train(data: &[&str], out: &Path, extra: &[&str]) -> Output {
     lsgd(&args)
 }
 
-/// The `weights blake3 …` a finished (or stopped) run prints.
-fn weights(o: &Output) -> String {
-    assert!(o.status.success(), "{}", stderr(o));
-    let out = stdout(o);
-    out.lines()
-        .find_map(|l| l.strip_prefix("weights blake3 "))
-        .unwrap_or_else(|| panic!("no weights line in\n{out}\n{}", stderr(o)))
-        .to_string()
-}
-
 /// A straight run and the same run stopped after `k` steps and resumed end with the same
 /// weights; returns them.
 fn resumes_bit_for_bit(name: &str, data: &[&str], extra: &[&str], k: &str) -> String {

@@ -112,15 +112,6 @@ const MOMENTUM: [&str; 8] = [
     "2",
 ];
 
-/// The `weights blake3` line a run printed.
-fn weights(o: &std::process::Output) -> String {
-    let out = stdout(o);
-    out.lines()
-        .find(|l| l.starts_with("weights blake3 "))
-        .unwrap_or_else(|| panic!("no weights line in {out}"))
-        .to_string()
-}
-
 #[test]
 fn momentum_error_feedback_resumes_bit_for_bit_and_refuses_another_mode() {
     let (straight, split) = (scratch("dgc-straight"), scratch("dgc-split"));

@@ -32,20 +32,13 @@ fn launch(dir: &Path, launch: &[&str], job: &[String]) -> Launched {
 impl Launched {
     /// Waits for the launcher to exit, at most `bound`; its status code, stdout and stderr.
     fn finish(mut self, bound: Duration) -> (Option<i32>, String, String) {
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            if self.started.elapsed() > bound {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "launch still running after {bound:?}\n{}",
-                    self.read("stderr")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let left = bound.saturating_sub(self.started.elapsed());
+        let status = wait_at_most(&mut self.child, left).unwrap_or_else(|| {
+            panic!(
+                "launch still running after {bound:?}\n{}",
+                self.read("stderr")
+            )
+        });
         (status.code(), self.read("stdout"), self.read("stderr"))
     }
 

@@ -3,26 +3,16 @@
 //! sum in f16 and bf16 (tolerance for 16-bit rounding), that all ranks got the same bytes, and
 //! that the byte all-gather delivers every rank's payload (one of them empty) exactly.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-/// `mpirun -np N lsgd-host selftest allreduce ARGS`, as root on a small machine: oversubscribed,
-/// unbound (bound ranks sharing a core would spin against each other).
+use crate::common::mpirun_command;
+
+/// `mpirun -np N lsgd-host selftest allreduce ARGS` over shared memory.
 fn selftest(np: usize, args: &[&str]) -> Output {
-    Command::new("mpirun")
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-            "-np",
-        ])
-        .arg(np.to_string())
-        .arg(env!("CARGO_BIN_EXE_lsgd-host"))
+    mpirun_command()
+        .args(["-np", &np.to_string(), env!("CARGO_BIN_EXE_lsgd-host")])
         .args(["selftest", "allreduce"])
         .args(args)
-        // Shared-memory transport only: no network probing, and quiet on machines without one.
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
         .output()
         .expect("mpirun (Open MPI) is installed by scripts/setup.sh")
 }

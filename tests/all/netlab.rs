@@ -95,22 +95,9 @@ impl Drop for Lab {
 
 /// Waits for `child` at most `bound`; its exit code and the stderr it left in `dir`.
 fn finish(child: &mut Child, dir: &Path, bound: Duration) -> (Option<i32>, String) {
-    let started = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if started.elapsed() > bound {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "still running after {bound:?}\n{}",
-                std::fs::read_to_string(dir.join("stderr")).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = wait_at_most(child, bound);
     let err = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+    let status = status.unwrap_or_else(|| panic!("still running after {bound:?}\n{err}"));
     (status.code(), err)
 }
 

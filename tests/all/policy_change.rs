@@ -76,15 +76,6 @@ fn refused(args: &[String]) -> String {
     stderr(&o)
 }
 
-/// The `weights blake3 …` a finished run prints.
-fn weights(o: &Output) -> String {
-    let out = stdout(o);
-    out.lines()
-        .find_map(|l| l.strip_prefix("weights blake3 "))
-        .unwrap_or_else(|| panic!("no weights line in\n{out}\n{}", stderr(o)))
-        .to_string()
-}
-
 /// The learning rate of each step in a run directory's metrics.jsonl.
 fn lrs(out: &Path) -> Vec<f64> {
     steps(out).iter().map(|s| s.lr).collect()

@@ -10,7 +10,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{no_mpirun, overridden, plugin_path, rank_pid, scratch, scratch_cache, steps};
+use crate::common::{mpirun_command, no_mpirun, overridden, rank_pid, scratch, steps, wait_at_most};
 
 /// How long any of these jobs may take to stop after its fault.
 const BOUND: Duration = Duration::from_secs(30);
@@ -72,19 +72,10 @@ struct Ended {
 
 impl Job {
     fn start(apps: &[Vec<String>]) -> Job {
-        let mut cmd = Command::new("mpirun");
-        cmd.args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-            "--tag-output",
-        ])
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
-        .env("LSGD_CACHE_DIR", scratch_cache())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        let mut cmd = mpirun_command();
+        cmd.arg("--tag-output")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         for (i, app) in apps.iter().enumerate() {
             if i > 0 {
                 cmd.arg(":");
@@ -110,20 +101,13 @@ impl Job {
     /// Waits for mpirun to exit, at most [`BOUND`] after `since` (killing it past that, and
     /// failing the test).
     fn wait_from(mut self, since: Instant) -> Ended {
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if since.elapsed() > BOUND {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "mpirun still running {BOUND:?} after the fault\n{}\n{}",
-                    self.out.join().unwrap(),
-                    self.err.join().unwrap()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let left = BOUND.saturating_sub(since.elapsed());
+        let Some(status) = wait_at_most(&mut self.child, left) else {
+            panic!(
+                "mpirun still running {BOUND:?} after the fault\n{}\n{}",
+                self.out.join().unwrap(),
+                self.err.join().unwrap()
+            );
         };
         Ended {
             status,

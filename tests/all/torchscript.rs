@@ -103,7 +103,7 @@ else:
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    host = torch.jit.load(f"{out}/weights.pt")
+    host = torch.jit.load(f"{out}/weights.pt", map_location="cpu")
     ours, theirs = dict(host.state_dict()), dict(net.state_dict())
     assert ours.keys() == theirs.keys(), (ours.keys(), theirs.keys())
     def rel(a, b):
@@ -227,6 +227,52 @@ fn a_scripted_model_trains_as_in_pytorch() {
     let outputs = r["eval_outputs"].as_f64().unwrap();
     assert!(outputs <= 1e-5, "eval-mode outputs differ by {outputs}");
     assert_eq!(r["batches_tracked"], epochs as u64);
+}
+
+/// The same module trained on CUDA (the shim moves it to the device, autocast is off) follows
+/// PyTorch's CPU trajectory within float tolerance; where libtorch sees no GPU it says it
+/// skipped (`scripts/gpu-check.sh` runs it on one).
+#[test]
+fn a_scripted_model_trains_on_cuda_as_in_pytorch_where_there_is_a_gpu() {
+    if !tch::Cuda::is_available() {
+        eprintln!("skipped: libtorch sees no CUDA device (TorchScript on CUDA is tested on a GPU)");
+        return;
+    }
+    let Some((py, dir)) = made("torchscript-cuda") else {
+        return;
+    };
+    let out = scratch("torchscript-cuda-run");
+    let weights = dir.join("weights.safetensors");
+    let mut args = vec!["run".to_string()];
+    args.extend(script_run(
+        "model.pt",
+        &dir,
+        &out,
+        &["--save-model", weights.to_str().unwrap()],
+    ));
+    let device = args.iter().position(|a| a == "--device").unwrap() + 1;
+    args[device] = "cuda".into();
+    let o = lsgd(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let checked = Command::new(&py)
+        .arg(dir.join("reference.py"))
+        .args(["check", dir.to_str().unwrap(), "4"])
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{}", stderr(&checked));
+    let r: serde_json::Value = serde_json::from_str(&stdout(&checked)).unwrap();
+    let host: Vec<f64> = steps(&out).iter().map(|s| s.loss).collect();
+    let torch = r["losses"].as_array().unwrap();
+    assert_eq!(host.len(), torch.len());
+    for (step, (a, b)) in host.iter().zip(torch).enumerate() {
+        let b = b.as_f64().unwrap();
+        assert!(
+            (a - b).abs() <= 1e-3 * b.abs(),
+            "step {step}: host on CUDA {a}, torch on CPU {b}"
+        );
+    }
+    let worst = r["worst_state"][0].as_f64().unwrap();
+    assert!(worst <= 1e-3, "weights differ by {worst} in {}", r["worst_state"][1]);
 }
 
 /// A head the forward pass never calls gets no gradient on any rank: on one rank and on two

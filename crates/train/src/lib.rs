@@ -98,7 +98,7 @@ pub fn device(choice: DeviceChoice) -> Result<Device> {
         DeviceChoice::Cuda if tch::Cuda::is_available() => Device::Cuda(0),
         DeviceChoice::Cuda => {
             return Err(Error::Config(format!(
-                "--device cuda: libtorch sees no CUDA device (this binary {} libtorch_cuda; see README)",
+                "--device cuda: libtorch sees no CUDA device (this binary {} libtorch_cuda; see docs/gpu.md)",
                 if env!("LSGD_LINKED_CUDA") == "1" {
                     "links"
                 } else {
