@@ -289,7 +289,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 warmup: warmup_steps,
                 rounds,
                 data: super::run::data_dir(dataset, data_dir.as_deref())?,
-                python: python.unwrap_or_else(default_python),
+                python: python.unwrap_or_else(crate::train::venv::python),
                 precision,
             };
             let report = train::run(&setup, &limits.runtime()?);
@@ -351,7 +351,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 warmup: warmup_steps,
                 rounds,
                 data,
-                python: python.unwrap_or_else(default_python),
+                python: python.unwrap_or_else(crate::train::venv::python),
                 allreduce,
                 bucket_mb,
             };
@@ -524,17 +524,4 @@ fn bench_codecs(
     };
     let rows = codecs::run(&limits.runtime()?, &names, sizes, rounds)?;
     emit(format, &rows, |out| codecs::print_table(&rows, out))
-}
-
-/// `$LSGD_VENV/bin/python`, else the venv `scripts/setup.sh` creates.
-fn default_python() -> PathBuf {
-    let venv = std::env::var_os("LSGD_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_default();
-            home.join(".cache/lsgd-host/venv")
-        });
-    venv.join("bin/python")
 }
