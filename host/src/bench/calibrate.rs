@@ -26,6 +26,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+use super::stats::median;
 use crate::collective::World;
 use crate::collective::calibrate::time_additions;
 use crate::collective::cost::CostModel;
@@ -314,11 +315,6 @@ pub struct Calibration {
 
 fn default_reps(bytes: usize) -> usize {
     ((1usize << 25) / bytes.max(1)).clamp(5, 50) | 1
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The pairs to measure: rank 0 and the first rank on another host; two ranks on one host

@@ -26,6 +26,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use super::stats::median;
 use crate::codec::{native_step, sample_bucket, step};
 use crate::plugin::runtime::Metering;
 use crate::plugin::{EngineOptions, Plugin, PluginError, Runtime};
@@ -181,9 +182,9 @@ pub fn run(
                     times.push(start.elapsed().as_secs_f64());
                 }
             }
-            let (native_s, wasm_s) = (median(&mut t_native), median(&mut t_wasm));
+            let (native_s, wasm_s) = (median(t_native), median(t_wasm));
             let ratio_of = |metering| match others.iter().position(|(m, _)| *m == metering) {
-                Some(i) => native_s / median(&mut t_others[i].clone()),
+                Some(i) => native_s / median(t_others[i].iter().copied()),
                 None => native_s / wasm_s,
             };
             // A stateful codec's state goes in with every call (each round's encode, decode,
@@ -198,7 +199,7 @@ pub fn run(
                 native_gb_s: bytes / native_s / 1e9,
                 wasm_gb_s: bytes / wasm_s / 1e9,
                 ratio: native_s / wasm_s,
-                canonical_nan_ratio: native_s / median(&mut t_canonical),
+                canonical_nan_ratio: native_s / median(t_canonical),
                 fuel_ratio: ratio_of(Metering::FuelAndDeadline),
                 epoch_only_ratio: ratio_of(Metering::Deadline),
                 unmetered_ratio: ratio_of(Metering::Unmetered),
@@ -241,20 +242,12 @@ fn fuel_round_trip(codec: &mut Plugin, meta: &Meta, data: &[f32]) -> Result<f64,
 fn copy_seconds(bytes: usize, rounds: usize) -> f64 {
     let src = vec![1u8; bytes];
     let mut dst = vec![0u8; bytes];
-    let mut times: Vec<f64> = (0..rounds.max(1))
-        .map(|_| {
-            let start = Instant::now();
-            dst.copy_from_slice(std::hint::black_box(&src));
-            std::hint::black_box(&mut dst);
-            start.elapsed().as_secs_f64()
-        })
-        .collect();
-    median(&mut times)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    median((0..rounds.max(1)).map(|_| {
+        let start = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+        start.elapsed().as_secs_f64()
+    }))
 }
 
 /// Prints the table and the goal's verdict.

@@ -18,6 +18,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use super::policies::native_twin;
+use super::stats::median;
 use super::{TimedJob, TimedSteps as Timed, timed_steps};
 use crate::model::{Arch, ModelSpec, Shortcut};
 use crate::plugin::{PolicyKind, Runtime};
@@ -265,9 +266,9 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
         }
     }
     let _ = std::fs::remove_dir_all(&out);
-    let field = |runs: &[Timed], f: fn(&Timed) -> f64| median(runs.iter().map(f).collect());
+    let field = |runs: &[Timed], f: fn(&Timed) -> f64| median(runs.iter().map(f));
     let lsgd_sps = field(&wasm, |t| t.samples_per_s);
-    let torch_sps = median(torch.clone());
+    let torch_sps = median(torch.iter().copied());
     let step_s = field(&wasm, |t| t.step_s);
     let (policy_wasm, policy_native) =
         (field(&wasm, |t| t.policy_s), field(&native, |t| t.policy_s));
@@ -297,8 +298,8 @@ impl PrecisionReport {
     /// The medians of `rounds` ([lsgd-host, PyTorch] at `precision`) against both sides'
     /// fp32 medians of the same rounds.
     fn new(precision: Precision, rounds: Vec<[f64; 2]>, lsgd_fp32: f64, torch_fp32: f64) -> Self {
-        let ours = median(rounds.iter().map(|r| r[0]).collect());
-        let theirs = median(rounds.iter().map(|r| r[1]).collect());
+        let ours = median(rounds.iter().map(|r| r[0]));
+        let theirs = median(rounds.iter().map(|r| r[1]));
         PrecisionReport {
             precision,
             lsgd_samples_per_s: ours,
@@ -329,11 +330,6 @@ fn half_precision_flags() -> Vec<String> {
         .filter(|f| flags.contains(f))
         .map(String::from)
         .collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Trains as `config` says and reads back the timed steps (those from `warmup` on).
