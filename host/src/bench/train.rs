@@ -207,8 +207,9 @@ pub fn synthetic_records(dataset: DatasetKind, n: usize, dir: &std::path::Path) 
     Ok(())
 }
 
-/// Runs both sides and the policy comparison.
-pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
+/// Refuses a setup the PyTorch script cannot mirror (its models, data formats and
+/// augmentations).
+fn mirrored(setup: &Setup) -> Result<()> {
     if !matches!(setup.model, Arch::Cnn | Arch::Mlp | Arch::Resnet) {
         bail!(
             "bench train compares `cnn`, `mlp` or `resnet`; the PyTorch script has no {}",
@@ -226,6 +227,12 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
     if setup.augment == Augment::Imagenet {
         bail!("bench train augments with `cifar` or none; `imagenet` is timed by `bench loader`");
     }
+    Ok(())
+}
+
+/// Runs both sides and the policy comparison.
+pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
+    mirrored(setup)?;
     let out = std::env::temp_dir().join(format!("lsgd-bench-train-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let config = train_config(setup, &out, Precision::Fp32);
@@ -310,6 +317,38 @@ impl PrecisionReport {
             rounds,
             cpu_flags: half_precision_flags(),
         }
+    }
+
+    /// The lines of the precision's rounds, its speed-ups and the CPU's 16-bit instructions.
+    fn print(&self, out: &mut impl Write) -> std::io::Result<()> {
+        for (i, [ours, theirs]) in self.rounds.iter().enumerate() {
+            writeln!(
+                out,
+                "  round {} at {}: lsgd-host {ours:.1}, PyTorch {theirs:.1} samples/s",
+                i + 1,
+                self.precision
+            )?;
+        }
+        writeln!(
+            out,
+            "  --precision {}: lsgd-host run {:.1} samples/s ({:.2}× its fp32), PyTorch {:.1} samples/s ({:.2}× its fp32), ratio {:.3}×",
+            self.precision,
+            self.lsgd_samples_per_s,
+            self.lsgd_speedup,
+            self.pytorch_samples_per_s,
+            self.pytorch_speedup,
+            self.ratio
+        )?;
+        writeln!(
+            out,
+            "  CPU 16-bit float instructions: {}",
+            if self.cpu_flags.is_empty() {
+                "none of avx512_bf16, amx_bf16, avx512_fp16, amx_fp16 (libtorch converts in software)".to_string()
+            } else {
+                self.cpu_flags.join(", ")
+            }
+        )?;
+        Ok(())
     }
 }
 
@@ -425,33 +464,7 @@ pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<
         r.native_samples_per_s
     )?;
     if let Some(p) = &r.precision {
-        for (i, [ours, theirs]) in p.rounds.iter().enumerate() {
-            writeln!(
-                out,
-                "  round {} at {}: lsgd-host {ours:.1}, PyTorch {theirs:.1} samples/s",
-                i + 1,
-                p.precision
-            )?;
-        }
-        writeln!(
-            out,
-            "  --precision {}: lsgd-host run {:.1} samples/s ({:.2}× its fp32), PyTorch {:.1} samples/s ({:.2}× its fp32), ratio {:.3}×",
-            p.precision,
-            p.lsgd_samples_per_s,
-            p.lsgd_speedup,
-            p.pytorch_samples_per_s,
-            p.pytorch_speedup,
-            p.ratio
-        )?;
-        writeln!(
-            out,
-            "  CPU 16-bit float instructions: {}",
-            if p.cpu_flags.is_empty() {
-                "none of avx512_bf16, amx_bf16, avx512_fp16, amx_fp16 (libtorch converts in software)".to_string()
-            } else {
-                p.cpu_flags.join(", ")
-            }
-        )?;
+        p.print(&mut out)?;
     }
     writeln!(
         out,
