@@ -394,21 +394,9 @@ pub fn weights(o: &Output) -> String {
         .to_string()
 }
 
-/// The project venv's Python (`$LSGD_VENV`, else the cache's `venv`): the test command
-/// installs torch and tensorboard into it.
-pub fn venv_python() -> PathBuf {
-    let venv = std::env::var_os("LSGD_VENV").map_or_else(
-        || {
-            let cache = std::env::var_os("LSGD_CACHE_ROOT").map_or_else(
-                || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/lsgd-host"),
-                PathBuf::from,
-            );
-            cache.join("venv")
-        },
-        PathBuf::from,
-    );
-    venv.join("bin/python")
-}
+/// The project venv's Python, found as scripts/env.sh finds it: the test command installs
+/// torch and tensorboard into it.
+pub use lsgd_host::train::venv::python as venv_python;
 
 /// Waits until `out` holds a checkpoint of step >= 2 (a job under test has started and a
 /// restart has something to resume) and returns its step; panics with the log at `stderr` when

@@ -48,6 +48,7 @@ pub mod rundir;
 pub mod tensorboard;
 pub mod tensors;
 pub mod trainer;
+pub mod venv;
 
 use std::path::{Path, PathBuf};
 

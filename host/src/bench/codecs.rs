@@ -26,10 +26,11 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use super::stats::median;
 use crate::codec::{native_step, sample_bucket, step};
 use crate::plugin::runtime::Metering;
 use crate::plugin::{EngineOptions, Plugin, PluginError, Runtime};
-use lsgd_codec::Meta;
+use lsgd_codec::{DynCodec, Meta};
 
 /// The reference codecs: plugin file `codec-<name>`, describe() name `<name>`.
 pub const REFERENCE_CODECS: [&str; 14] = lsgd_codec::NAMES;
@@ -106,111 +107,181 @@ pub fn run(
     // The allocator settings of `run`: without them every 4 MiB vector is a fresh mmap, and
     // page faults, not codecs, would dominate both sides.
     crate::train::tune_malloc();
-    let variant =
-        |options| Runtime::with_options(runtime.cache().clone(), runtime.limits(), options);
-    let canonical = variant(EngineOptions {
-        canonical_codec_nans: true,
-        ..runtime.options()
-    })?;
-    // The meterings other than the runtime's own, which the plugin as training runs it stands
-    // in for.
-    let own = runtime.options().codec_metering;
-    let meterings = [
-        Metering::FuelAndDeadline,
-        Metering::Deadline,
-        Metering::Unmetered,
-    ];
-    let metered = meterings
-        .iter()
-        .filter(|&&m| m != own)
-        .map(|&codec_metering| {
-            let options = EngineOptions {
-                codec_metering,
-                ..runtime.options()
-            };
-            Ok((codec_metering, variant(options)?))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let variants = Variants::new(runtime)?;
     let mut out = Vec::new();
     for name in codecs {
+        let mut builds = variants.load(name)?;
+        for &floats in sizes {
+            out.push(builds.measure(floats, rounds)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The runtimes a codec is loaded in: the given one (the plugin as training runs it), one
+/// with canonical NaNs, and one per metering other than the given one's.
+struct Variants<'a> {
+    runtime: &'a Runtime,
+    canonical: Runtime,
+    metered: Vec<(Metering, Runtime)>,
+}
+
+impl<'a> Variants<'a> {
+    fn new(runtime: &'a Runtime) -> Result<Self> {
+        let variant =
+            |options| Runtime::with_options(runtime.cache().clone(), runtime.limits(), options);
+        let canonical = variant(EngineOptions {
+            canonical_codec_nans: true,
+            ..runtime.options()
+        })?;
+        // The meterings other than the runtime's own, which the plugin as training runs it
+        // stands in for.
+        let own = runtime.options().codec_metering;
+        let meterings = [
+            Metering::FuelAndDeadline,
+            Metering::Deadline,
+            Metering::Unmetered,
+        ];
+        let metered = meterings
+            .iter()
+            .filter(|&&m| m != own)
+            .map(|&codec_metering| {
+                let options = EngineOptions {
+                    codec_metering,
+                    ..runtime.options()
+                };
+                Ok((codec_metering, variant(options)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Variants {
+            runtime,
+            canonical,
+            metered,
+        })
+    }
+
+    /// Codec `name` in each runtime, and its native build.
+    fn load(&self, name: &str) -> Result<Builds> {
         let file = format!("codec-{name}");
-        let mut plugin = runtime.load_configured(&file, None, &[])?;
-        let mut canonical_plugin = canonical.load_configured(&file, None, &[])?;
-        let mut others = metered
+        let plugin = self.runtime.load_configured(&file, None, &[])?;
+        let canonical = self.canonical.load_configured(&file, None, &[])?;
+        let others = self
+            .metered
             .iter()
             .map(|(m, rt)| Ok((*m, rt.load_configured(&file, None, &[])?)))
             .collect::<Result<Vec<_>>>()?;
         let native = lsgd_codec::native(name, Vec::new())
             .with_context(|| format!("no native build of codec `{name}`"))?
             .map_err(anyhow::Error::msg)?;
-        for &floats in sizes {
-            let (rows, cols) = shape(floats);
-            let (first, data) = sample_bucket(rows, cols, 0, 1);
-            // A stateful codec starts from the state a step before left; others from none.
-            let meta = Meta {
-                state: native_step(native.as_ref(), &first, &data)?.1,
-                ..first
-            };
-            let bytes = data.len() as f64 * 4.0;
-            let ((wasm_payloads, _), _) = step(&mut plugin, &meta, &data)?;
-            let ((canonical_payloads, _), _) = step(&mut canonical_plugin, &meta, &data)?;
-            let mut payloads = vec![wasm_payloads, canonical_payloads];
-            let mut fuel_per_float = fuel_round_trip(&mut plugin, &meta, &data)?;
-            for (_, other) in &mut others {
-                payloads.push(step(other, &meta, &data)?.0.0);
-                fuel_per_float = fuel_per_float.max(fuel_round_trip(other, &meta, &data)?);
-            }
-            let ((native_payloads, _), _) = native_step(native.as_ref(), &meta, &data)?;
-            let payload_bytes = native_payloads.iter().map(Vec::len).sum::<usize>();
-            let (mut t_native, mut t_wasm) = (Vec::new(), Vec::new());
-            let mut t_canonical = Vec::new();
-            let mut t_others = vec![Vec::new(); others.len()];
-            for _ in 0..rounds.max(1) {
-                let start = Instant::now();
-                std::hint::black_box(native_step(native.as_ref(), &meta, &data)?);
-                t_native.push(start.elapsed().as_secs_f64());
-                let start = Instant::now();
-                std::hint::black_box(step(&mut plugin, &meta, &data)?);
-                t_wasm.push(start.elapsed().as_secs_f64());
-                let start = Instant::now();
-                std::hint::black_box(step(&mut canonical_plugin, &meta, &data)?);
-                t_canonical.push(start.elapsed().as_secs_f64());
-                for ((_, other), times) in others.iter_mut().zip(&mut t_others) {
-                    let start = Instant::now();
-                    std::hint::black_box(step(other, &meta, &data)?);
-                    times.push(start.elapsed().as_secs_f64());
-                }
-            }
-            let (native_s, wasm_s) = (median(&mut t_native), median(&mut t_wasm));
-            let ratio_of = |metering| match others.iter().position(|(m, _)| *m == metering) {
-                Some(i) => native_s / median(&mut t_others[i].clone()),
-                None => native_s / wasm_s,
-            };
-            // A stateful codec's state goes in with every call (each round's encode, decode,
-            // next-state) and its next state comes out.
-            let state_copies = f64::from(native.properties().rounds) + 3.0;
-            let copies_s = copy_seconds(data.len() * 4, rounds) * 2.0
-                + copy_seconds(payload_bytes, rounds) * 2.0
-                + copy_seconds(meta.state.len(), rounds) * state_copies;
-            out.push(Measurement {
-                codec: name.clone(),
-                floats: data.len(),
-                native_gb_s: bytes / native_s / 1e9,
-                wasm_gb_s: bytes / wasm_s / 1e9,
-                ratio: native_s / wasm_s,
-                canonical_nan_ratio: native_s / median(&mut t_canonical),
-                fuel_ratio: ratio_of(Metering::FuelAndDeadline),
-                epoch_only_ratio: ratio_of(Metering::Deadline),
-                unmetered_ratio: ratio_of(Metering::Unmetered),
-                fuel_per_float,
-                copy_ceiling: native_s / (native_s + copies_s),
-                compression: bytes / payload_bytes.max(1) as f64,
-                payload_bytes,
-                same_payload: payloads.iter().all(|p| *p == native_payloads),
-            });
-        }
+        Ok(Builds {
+            name: name.to_string(),
+            plugin,
+            canonical,
+            others,
+            native,
+        })
     }
-    Ok(out)
+}
+
+/// One codec in every build that is timed.
+struct Builds {
+    name: String,
+    /// As training runs it.
+    plugin: Plugin,
+    /// Compiled with canonical NaNs.
+    canonical: Plugin,
+    /// Under the other meterings.
+    others: Vec<(Metering, Plugin)>,
+    native: Box<dyn DynCodec>,
+}
+
+/// The seconds of each round, per build.
+struct Times {
+    native: Vec<f64>,
+    wasm: Vec<f64>,
+    canonical: Vec<f64>,
+    /// In the order of [`Builds::others`].
+    others: Vec<Vec<f64>>,
+}
+
+impl Builds {
+    /// The codec on a bucket of about `floats` floats, timed over `rounds` rounds.
+    fn measure(&mut self, floats: usize, rounds: usize) -> Result<Measurement> {
+        let (rows, cols) = shape(floats);
+        let (first, data) = sample_bucket(rows, cols, 0, 1);
+        // A stateful codec starts from the state a step before left; others from none.
+        let meta = Meta {
+            state: native_step(self.native.as_ref(), &first, &data)?.1,
+            ..first
+        };
+        let bytes = data.len() as f64 * 4.0;
+        let ((wasm_payloads, _), _) = step(&mut self.plugin, &meta, &data)?;
+        let ((canonical_payloads, _), _) = step(&mut self.canonical, &meta, &data)?;
+        let mut payloads = vec![wasm_payloads, canonical_payloads];
+        let mut fuel_per_float = fuel_round_trip(&mut self.plugin, &meta, &data)?;
+        for (_, other) in &mut self.others {
+            payloads.push(step(other, &meta, &data)?.0.0);
+            fuel_per_float = fuel_per_float.max(fuel_round_trip(other, &meta, &data)?);
+        }
+        let ((native_payloads, _), _) = native_step(self.native.as_ref(), &meta, &data)?;
+        let payload_bytes = native_payloads.iter().map(Vec::len).sum::<usize>();
+        let t = self.time(&meta, &data, rounds)?;
+        let (native_s, wasm_s) = (median(t.native), median(t.wasm));
+        let ratio_of = |metering| match self.others.iter().position(|(m, _)| *m == metering) {
+            Some(i) => native_s / median(t.others[i].iter().copied()),
+            None => native_s / wasm_s,
+        };
+        // A stateful codec's state goes in with every call (each round's encode, decode,
+        // next-state) and its next state comes out.
+        let state_copies = f64::from(self.native.properties().rounds) + 3.0;
+        let copies_s = copy_seconds(data.len() * 4, rounds) * 2.0
+            + copy_seconds(payload_bytes, rounds) * 2.0
+            + copy_seconds(meta.state.len(), rounds) * state_copies;
+        Ok(Measurement {
+            codec: self.name.clone(),
+            floats: data.len(),
+            native_gb_s: bytes / native_s / 1e9,
+            wasm_gb_s: bytes / wasm_s / 1e9,
+            ratio: native_s / wasm_s,
+            canonical_nan_ratio: native_s / median(t.canonical),
+            fuel_ratio: ratio_of(Metering::FuelAndDeadline),
+            epoch_only_ratio: ratio_of(Metering::Deadline),
+            unmetered_ratio: ratio_of(Metering::Unmetered),
+            fuel_per_float,
+            copy_ceiling: native_s / (native_s + copies_s),
+            compression: bytes / payload_bytes.max(1) as f64,
+            payload_bytes,
+            same_payload: payloads.iter().all(|p| *p == native_payloads),
+        })
+    }
+
+    /// Times a step of every build `rounds` times, the builds in turn within a round, so that
+    /// a slow spell of the machine touches each alike.
+    fn time(&mut self, meta: &Meta, data: &[f32], rounds: usize) -> Result<Times> {
+        let mut t = Times {
+            native: Vec::new(),
+            wasm: Vec::new(),
+            canonical: Vec::new(),
+            others: vec![Vec::new(); self.others.len()],
+        };
+        for _ in 0..rounds.max(1) {
+            let start = Instant::now();
+            std::hint::black_box(native_step(self.native.as_ref(), meta, data)?);
+            t.native.push(start.elapsed().as_secs_f64());
+            let start = Instant::now();
+            std::hint::black_box(step(&mut self.plugin, meta, data)?);
+            t.wasm.push(start.elapsed().as_secs_f64());
+            let start = Instant::now();
+            std::hint::black_box(step(&mut self.canonical, meta, data)?);
+            t.canonical.push(start.elapsed().as_secs_f64());
+            for ((_, other), times) in self.others.iter_mut().zip(&mut t.others) {
+                let start = Instant::now();
+                std::hint::black_box(step(other, meta, data)?);
+                times.push(start.elapsed().as_secs_f64());
+            }
+        }
+        Ok(t)
+    }
 }
 
 /// A round trip through `codec` (as [`crate::codec::round_trip`]) that returns the most fuel one of its
@@ -241,20 +312,12 @@ fn fuel_round_trip(codec: &mut Plugin, meta: &Meta, data: &[f32]) -> Result<f64,
 fn copy_seconds(bytes: usize, rounds: usize) -> f64 {
     let src = vec![1u8; bytes];
     let mut dst = vec![0u8; bytes];
-    let mut times: Vec<f64> = (0..rounds.max(1))
-        .map(|_| {
-            let start = Instant::now();
-            dst.copy_from_slice(std::hint::black_box(&src));
-            std::hint::black_box(&mut dst);
-            start.elapsed().as_secs_f64()
-        })
-        .collect();
-    median(&mut times)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    median((0..rounds.max(1)).map(|_| {
+        let start = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+        start.elapsed().as_secs_f64()
+    }))
 }
 
 /// Prints the table and the goal's verdict.

@@ -14,6 +14,7 @@ use std::process::{Command, Output};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
+use super::stats::median;
 use super::{TimedSteps, timed_steps};
 use crate::collective::Algorithm;
 use crate::model::Arch;
@@ -186,12 +187,6 @@ pub fn run(setup: &Setup) -> Result<Report> {
             .map(|(o, t)| [o.samples_per_s, t.samples_per_s])
             .collect(),
     })
-}
-
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The `run` flags every rank gets: the bench's job with `bench train`'s policies through the

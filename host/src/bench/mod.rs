@@ -13,7 +13,10 @@
 //! - [`loader`]: image decoding and augmentation (images/s) against training (samples/s) on
 //!   the same image folder;
 //! - [`codecs`]: encode+decode GB/s of each codec plugin against the same code compiled
-//!   natively, and the compression each achieves.
+//!   natively, and the compression each achieves;
+//!
+//! and what they share: [`TimedJob`] and [`timed_steps`] for the training benchmarks,
+//! [`stats`] for the median and spread of repeated timings.
 
 pub mod allreduce;
 pub mod calibrate;
@@ -22,10 +25,10 @@ pub mod ddp;
 pub mod languages;
 pub mod loader;
 pub mod policies;
+pub mod stats;
 pub mod train;
 
 use std::path::Path;
-use std::time::Instant;
 
 use anyhow::{Result, bail};
 
@@ -156,42 +159,4 @@ pub fn timed_steps(metrics: &Path, warmup: u64) -> Result<TimedSteps> {
         communication_s: mean(|s| s.communication_s),
         policy_s: mean(|s| s.policy_s),
     })
-}
-
-/// Median of per-round averages: runs `round` `rounds` times (after one warm-up round) and
-/// returns the median nanoseconds per item, where each round processes `items` items.
-pub fn median_ns_per_item(rounds: usize, items: usize, round: impl FnMut()) -> f64 {
-    ns_per_item(rounds, items, round).p50
-}
-
-/// The spread of per-round averages in nanoseconds per item.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Spread {
-    /// The fastest round.
-    pub min: f64,
-    /// The median round.
-    pub p50: f64,
-    /// The round 90% of the rounds are at most as slow as.
-    pub p90: f64,
-}
-
-/// Like [`median_ns_per_item`], with the fastest round and the 90th percentile: a single call
-/// is too short to time on its own (`Instant::now` costs about as much), so each figure is a
-/// round's mean.
-pub fn ns_per_item(rounds: usize, items: usize, mut round: impl FnMut()) -> Spread {
-    round();
-    let mut per_item: Vec<f64> = (0..rounds.max(1))
-        .map(|_| {
-            let start = Instant::now();
-            round();
-            start.elapsed().as_nanos() as f64 / items.max(1) as f64
-        })
-        .collect();
-    per_item.sort_by(f64::total_cmp);
-    let at = |q: f64| per_item[((per_item.len() - 1) as f64 * q).round() as usize];
-    Spread {
-        min: per_item[0],
-        p50: per_item[per_item.len() / 2],
-        p90: at(0.9),
-    }
 }

@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use lsgd_policy::{Params, State};
 use serde::Serialize;
 
-use super::{Spread, median_ns_per_item};
+use super::stats::{Spread, median_ns_per_item};
 use crate::plugin::runtime::Metering;
 use crate::plugin::{EngineOptions, Origin, Plugin, Runtime, locate::locate};
 use crate::policy::{Clock, RunShape};
@@ -155,8 +155,8 @@ fn measure(
     if let Some(e) = failure {
         return Err(anyhow::Error::new(e).context(format!("benchmarking {name}")));
     }
-    let wasm_spread = spread(&mut times[0][1..]);
-    let [epoch_only_ns, unmetered_ns] = [1, 2].map(|i| spread(&mut times[i][1..]).p50);
+    let wasm_spread = Spread::of(&mut times[0][1..]);
+    let [epoch_only_ns, unmetered_ns] = [1, 2].map(|i| Spread::of(&mut times[i][1..]).p50);
     let native_ns = native_twin(&plugin)?.map(|mut f| {
         median_ns_per_item(rounds, states.len(), || {
             for s in states {
@@ -178,17 +178,6 @@ fn measure(
         fuel_per_call,
         setup_fuel,
     })
-}
-
-/// The fastest, median and 90th-percentile of per-round figures, as `ns_per_item` reports.
-fn spread(per_item: &mut [f64]) -> Spread {
-    per_item.sort_by(f64::total_cmp);
-    let at = |q: f64| per_item[((per_item.len() - 1) as f64 * q).round() as usize];
-    Spread {
-        min: per_item[0],
-        p50: per_item[per_item.len() / 2],
-        p90: at(0.9),
-    }
 }
 
 /// A fuel figure, `-` when not counted.

@@ -18,6 +18,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use super::policies::native_twin;
+use super::stats::median;
 use super::{TimedJob, TimedSteps as Timed, timed_steps};
 use crate::model::{Arch, ModelSpec, Shortcut};
 use crate::plugin::{PolicyKind, Runtime};
@@ -206,8 +207,9 @@ pub fn synthetic_records(dataset: DatasetKind, n: usize, dir: &std::path::Path) 
     Ok(())
 }
 
-/// Runs both sides and the policy comparison.
-pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
+/// Refuses a setup the PyTorch script cannot mirror (its models, data formats and
+/// augmentations).
+fn mirrored(setup: &Setup) -> Result<()> {
     if !matches!(setup.model, Arch::Cnn | Arch::Mlp | Arch::Resnet) {
         bail!(
             "bench train compares `cnn`, `mlp` or `resnet`; the PyTorch script has no {}",
@@ -225,6 +227,12 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
     if setup.augment == Augment::Imagenet {
         bail!("bench train augments with `cifar` or none; `imagenet` is timed by `bench loader`");
     }
+    Ok(())
+}
+
+/// Runs both sides and the policy comparison.
+pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
+    mirrored(setup)?;
     let out = std::env::temp_dir().join(format!("lsgd-bench-train-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let config = train_config(setup, &out, Precision::Fp32);
@@ -265,9 +273,9 @@ pub fn run(setup: &Setup, runtime: &Runtime) -> Result<Report> {
         }
     }
     let _ = std::fs::remove_dir_all(&out);
-    let field = |runs: &[Timed], f: fn(&Timed) -> f64| median(runs.iter().map(f).collect());
+    let field = |runs: &[Timed], f: fn(&Timed) -> f64| median(runs.iter().map(f));
     let lsgd_sps = field(&wasm, |t| t.samples_per_s);
-    let torch_sps = median(torch.clone());
+    let torch_sps = median(torch.iter().copied());
     let step_s = field(&wasm, |t| t.step_s);
     let (policy_wasm, policy_native) =
         (field(&wasm, |t| t.policy_s), field(&native, |t| t.policy_s));
@@ -297,8 +305,8 @@ impl PrecisionReport {
     /// The medians of `rounds` ([lsgd-host, PyTorch] at `precision`) against both sides'
     /// fp32 medians of the same rounds.
     fn new(precision: Precision, rounds: Vec<[f64; 2]>, lsgd_fp32: f64, torch_fp32: f64) -> Self {
-        let ours = median(rounds.iter().map(|r| r[0]).collect());
-        let theirs = median(rounds.iter().map(|r| r[1]).collect());
+        let ours = median(rounds.iter().map(|r| r[0]));
+        let theirs = median(rounds.iter().map(|r| r[1]));
         PrecisionReport {
             precision,
             lsgd_samples_per_s: ours,
@@ -309,6 +317,38 @@ impl PrecisionReport {
             rounds,
             cpu_flags: half_precision_flags(),
         }
+    }
+
+    /// The lines of the precision's rounds, its speed-ups and the CPU's 16-bit instructions.
+    fn print(&self, out: &mut impl Write) -> std::io::Result<()> {
+        for (i, [ours, theirs]) in self.rounds.iter().enumerate() {
+            writeln!(
+                out,
+                "  round {} at {}: lsgd-host {ours:.1}, PyTorch {theirs:.1} samples/s",
+                i + 1,
+                self.precision
+            )?;
+        }
+        writeln!(
+            out,
+            "  --precision {}: lsgd-host run {:.1} samples/s ({:.2}× its fp32), PyTorch {:.1} samples/s ({:.2}× its fp32), ratio {:.3}×",
+            self.precision,
+            self.lsgd_samples_per_s,
+            self.lsgd_speedup,
+            self.pytorch_samples_per_s,
+            self.pytorch_speedup,
+            self.ratio
+        )?;
+        writeln!(
+            out,
+            "  CPU 16-bit float instructions: {}",
+            if self.cpu_flags.is_empty() {
+                "none of avx512_bf16, amx_bf16, avx512_fp16, amx_fp16 (libtorch converts in software)".to_string()
+            } else {
+                self.cpu_flags.join(", ")
+            }
+        )?;
+        Ok(())
     }
 }
 
@@ -329,11 +369,6 @@ fn half_precision_flags() -> Vec<String> {
         .filter(|f| flags.contains(f))
         .map(String::from)
         .collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Trains as `config` says and reads back the timed steps (those from `warmup` on).
@@ -429,33 +464,7 @@ pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<
         r.native_samples_per_s
     )?;
     if let Some(p) = &r.precision {
-        for (i, [ours, theirs]) in p.rounds.iter().enumerate() {
-            writeln!(
-                out,
-                "  round {} at {}: lsgd-host {ours:.1}, PyTorch {theirs:.1} samples/s",
-                i + 1,
-                p.precision
-            )?;
-        }
-        writeln!(
-            out,
-            "  --precision {}: lsgd-host run {:.1} samples/s ({:.2}× its fp32), PyTorch {:.1} samples/s ({:.2}× its fp32), ratio {:.3}×",
-            p.precision,
-            p.lsgd_samples_per_s,
-            p.lsgd_speedup,
-            p.pytorch_samples_per_s,
-            p.pytorch_speedup,
-            p.ratio
-        )?;
-        writeln!(
-            out,
-            "  CPU 16-bit float instructions: {}",
-            if p.cpu_flags.is_empty() {
-                "none of avx512_bf16, amx_bf16, avx512_fp16, amx_fp16 (libtorch converts in software)".to_string()
-            } else {
-                p.cpu_flags.join(", ")
-            }
-        )?;
+        p.print(&mut out)?;
     }
     writeln!(
         out,

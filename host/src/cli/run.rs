@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use super::args::{LimitArgs, PolicyArgs};
-use crate::collective::{Algorithm, World};
+use crate::collective::{Algorithm, World, parse_shape};
 use crate::model::{Arch, ModelSpec, ScriptFile, Shortcut};
 use crate::optim::{AdamWConfig, OptimizerKind, SgdConfig, SgdForm};
 use crate::policy::OnFault;
@@ -528,21 +528,6 @@ pub(crate) fn parse_timeout(s: &str) -> Result<Duration, String> {
         .ok()
         .and_then(|v| Duration::try_from_secs_f64(v).ok())
         .ok_or_else(|| format!("`{s}`: expected seconds (e.g. 60 or 2.5), or 0 or off"))
-}
-
-/// Parses `XxY` (e.g. `4x8`).
-fn parse_shape(s: &str) -> Result<(usize, usize), String> {
-    let (x, y) = s
-        .split_once(['x', 'X'])
-        .ok_or_else(|| format!("`{s}`: expected ROWSxCOLS, e.g. 4x8"))?;
-    let n = |v: &str| {
-        v.trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| format!("`{s}`: `{v}` is not a positive integer"))
-    };
-    Ok((n(x)?, n(y)?))
 }
 
 #[cfg(test)]

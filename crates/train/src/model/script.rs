@@ -739,25 +739,11 @@ with torch.no_grad():
 print("ok")
 "#;
 
-    fn python() -> PathBuf {
-        let venv = std::env::var_os("LSGD_VENV").map_or_else(
-            || {
-                let cache = std::env::var_os("LSGD_CACHE_ROOT").map_or_else(
-                    || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/lsgd-host"),
-                    PathBuf::from,
-                );
-                cache.join("venv")
-            },
-            PathBuf::from,
-        );
-        venv.join("bin/python")
-    }
-
     /// Runs `script` (from a file in `dir`: torch.jit.script reads the classes' source) with
     /// `dir` as its argument: `false` when torch is not there (the reason printed), a panic
     /// when the script fails.
     fn run_python(script: &str, dir: &Path) -> bool {
-        let python = python();
+        let python = crate::venv::python();
         if !python.is_file() {
             println!(
                 "skipped: {} is missing (scripts/setup.sh)",
