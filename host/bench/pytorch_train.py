@@ -142,31 +142,36 @@ def main():
     ap.add_argument("--epsilon", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
 
     x, mean, std, y, model = load(a.data, a.dataset, a.model, a.depth)
+    # On a GPU the whole data set lives there, as lsgd-host's batches are made on its device.
+    x, mean, std, y, model = (t.to(a.device) for t in (x, mean, std, y, model))
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=1e-4)
     # torch.amp as lsgd-host's --precision: autocast of the forward, fp32 loss, fp32 master
     # weights; fp16 with GradScaler's dynamic loss scaling.
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
-    scaler = torch.amp.GradScaler("cpu", enabled=a.precision == "fp16")
+    scaler = torch.amp.GradScaler(a.device, enabled=a.precision == "fp16")
     order = torch.randperm(len(y))
     pos, start, loss = 0, None, None
     for step in range(a.warmup + a.steps):
         if step == a.warmup:
+            if a.device == "cuda":
+                torch.cuda.synchronize()
             start = time.perf_counter()
         if pos + a.batch > len(order):
             order, pos = torch.randperm(len(y)), 0
-        idx = order[pos : pos + a.batch]
+        idx = order[pos : pos + a.batch].to(a.device)
         pos += a.batch
         xb, yb = x.index_select(0, idx), y.index_select(0, idx)
         if a.augment == "cifar":
             xb = cifar_augment(xb)
         xb = (xb - mean) / std
         opt.zero_grad(set_to_none=False)
-        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        with torch.autocast(a.device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             logits = model(xb)
         loss = F.cross_entropy(logits.float(), yb, label_smoothing=a.epsilon)
         scaler.scale(loss).backward()
@@ -176,7 +181,8 @@ def main():
     elapsed = time.perf_counter() - start
     print(json.dumps({"samples_per_s": a.steps * a.batch / elapsed, "seconds": elapsed,
                       "steps": a.steps, "last_loss": loss_value, "torch": torch.__version__,
-                      "threads": torch.get_num_threads(), "precision": a.precision}))
+                      "threads": torch.get_num_threads(), "precision": a.precision,
+                      "device": a.device}))
 
 
 if __name__ == "__main__":

@@ -121,6 +121,7 @@ pub fn run(setup: &Setup) -> Result<Report> {
 /// The training run timed against the loader: the bench's model on the same folder.
 fn train_config(setup: &Setup, data: &Path, out: &Path) -> TrainConfig {
     TimedJob {
+        device: crate::train::DeviceChoice::Cpu,
         model: ModelSpec {
             arch: setup.model,
             depth: setup.depth,

@@ -64,6 +64,8 @@ pub struct TimedJob<'a> {
     pub threads: usize,
     /// Precision of the forward pass.
     pub precision: Precision,
+    /// Where it trains.
+    pub device: DeviceChoice,
     /// Steps to run.
     pub steps: u64,
     /// Run directory.
@@ -102,7 +104,7 @@ impl TimedJob<'_> {
             invocation: Invocation {
                 threads: self.threads,
                 data: self.data.to_path_buf(),
-                device: DeviceChoice::Cpu,
+                device: self.device,
                 out: self.out.to_path_buf(),
                 checkpoint_every: 0,
                 stop_after_steps: Some(self.steps),

@@ -26,7 +26,8 @@ use crate::policy::{Bounds, PolicySet};
 use crate::precision::Precision;
 use crate::train::augment::Augment;
 use crate::train::data::DatasetKind;
-use crate::train::{self, Reporting, TrainConfig};
+use crate::train::{self, DeviceChoice, Reporting, TrainConfig};
+use tch::Device;
 
 /// The PyTorch script, embedded so the benchmark works from an installed binary.
 const PYTORCH_SCRIPT: &str = include_str!("../../bench/pytorch_train.py");
@@ -58,6 +59,8 @@ pub struct Setup {
     pub python: PathBuf,
     /// A precision to time beside fp32 (`Fp32`: none).
     pub precision: Precision,
+    /// Where both sides train: the CPU, or the first CUDA GPU.
+    pub device: Device,
 }
 
 /// The measurements.
@@ -158,6 +161,10 @@ fn train_config(setup: &Setup, out: &std::path::Path, precision: Precision) -> T
         batch: setup.batch,
         threads: setup.threads,
         precision,
+        device: match setup.device {
+            Device::Cpu => DeviceChoice::Cpu,
+            _ => DeviceChoice::Cuda,
+        },
         steps: setup.warmup + setup.steps,
         out,
     }
@@ -395,6 +402,14 @@ fn pytorch(setup: &Setup, precision: Precision) -> Result<(f64, String)> {
         .args(["--steps", &setup.steps.to_string()])
         .args(["--warmup", &setup.warmup.to_string()])
         .args(["--precision", &precision.to_string()])
+        .args([
+            "--device",
+            if setup.device.is_cuda() {
+                "cuda"
+            } else {
+                "cpu"
+            },
+        ])
         .output()
         .with_context(|| format!("cannot run {}", setup.python.display()))?;
     let _ = std::fs::remove_file(&script);
@@ -420,7 +435,7 @@ fn pytorch(setup: &Setup, precision: Precision) -> Result<(f64, String)> {
 pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "bench train: {}{} on {} ({}, augment {}), batch {}, {} thread(s), {} timed steps after {}, median of {} rounds",
+        "bench train: {}{} on {} ({}, augment {}), batch {}, {} thread(s), device {:?}, {} timed steps after {}, median of {} rounds",
         setup.model,
         if setup.model == Arch::Resnet {
             format!("-{}", setup.depth)
@@ -432,6 +447,7 @@ pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<
         setup.augment,
         setup.batch,
         setup.threads,
+        setup.device,
         setup.steps,
         setup.warmup,
         r.rounds.len()

@@ -12,6 +12,7 @@ use crate::cli::args::LimitArgs;
 use crate::cli::trace::Format;
 use crate::model::Arch;
 use crate::precision::Precision;
+use crate::train::DeviceChoice;
 use crate::train::augment::Augment;
 use crate::train::data::DatasetKind;
 
@@ -59,6 +60,9 @@ pub struct TrainArgs {
     /// Also time both sides at this precision (bf16, fp16) and print the speed-up over fp32.
     #[arg(long, value_enum, default_value_t = Precision::Fp32)]
     precision: Precision,
+    /// Where both sides train: cpu, cuda (the first GPU), or auto (cuda if libtorch sees one).
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Cpu)]
+    device: DeviceChoice,
     /// `json` prints the measurements as JSON.
     #[arg(long, value_enum)]
     format: Option<Format>,
@@ -92,6 +96,7 @@ impl TrainArgs {
             data: crate::cli::run::data_dir(self.dataset, data_dir.as_deref())?,
             python: self.python.unwrap_or_else(crate::train::venv::python),
             precision: self.precision,
+            device: crate::train::device(self.device)?,
         };
         let report = train::run(&setup, &self.limits.runtime()?);
         let _ = std::fs::remove_dir_all(&scratch);
