@@ -121,7 +121,12 @@ pub fn stderr(o: &Output) -> String {
 
 /// `mpirun`'s flags as root on a small machine: oversubscribed, and unbound (bound ranks
 /// sharing a core would spin against each other).
-pub const MPIRUN_FLAGS: [&str; 4] = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"];
+pub const MPIRUN_FLAGS: [&str; 4] = [
+    "--allow-run-as-root",
+    "--oversubscribe",
+    "--bind-to",
+    "none",
+];
 
 /// `mpirun` with [`MPIRUN_FLAGS`], Open MPI's shared-memory transport (no network probing),
 /// the built plugins and a private component cache; the apps follow.

@@ -36,7 +36,12 @@ fn prose(text: &str) -> Vec<(usize, String)> {
         }
         if !fenced {
             let spans: Vec<&str> = line.split('`').collect();
-            let outside: String = spans.iter().step_by(2).copied().collect::<Vec<_>>().join(" ");
+            let outside: String = spans
+                .iter()
+                .step_by(2)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(" ");
             lines.push((i + 1, outside));
         }
     }
@@ -117,12 +122,17 @@ fn every_relative_link_in_the_readme_and_docs_resolves() {
                 if !file.exists() {
                     broken.push(format!("{name}:{line}: {target}: no such file"));
                 } else if !anchor.is_empty() && !anchors(&file).contains(anchor) {
-                    broken.push(format!("{name}:{line}: {target}: no heading with that anchor"));
+                    broken.push(format!(
+                        "{name}:{line}: {target}: no heading with that anchor"
+                    ));
                 }
             }
         }
     }
-    assert!(checked > 100, "only {checked} links found: is the parser broken?");
+    assert!(
+        checked > 100,
+        "only {checked} links found: is the parser broken?"
+    );
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
@@ -133,7 +143,9 @@ fn every_script_the_readme_and_docs_name_is_executable() {
         let text = std::fs::read_to_string(&page).unwrap();
         for word in text.split(|c: char| c.is_whitespace() || "`()[]\"',;|".contains(c)) {
             let word = word.trim_start_matches("./").trim_end_matches(['.', ':']);
-            let dir = ["scripts/", "examples/"].iter().any(|d| word.starts_with(d));
+            let dir = ["scripts/", "examples/"]
+                .iter()
+                .any(|d| word.starts_with(d));
             if dir && word.ends_with(".sh") && !word.contains('*') {
                 named.insert(word.to_string());
             }
@@ -144,7 +156,9 @@ fn every_script_the_readme_and_docs_name_is_executable() {
     for script in &named {
         match std::fs::metadata(root().join(script)) {
             Ok(m) if m.permissions().mode() & 0o111 == 0o111 => {}
-            Ok(_) => wrong.push(format!("{script} is not executable (git update-index --chmod=+x)")),
+            Ok(_) => wrong.push(format!(
+                "{script} is not executable (git update-index --chmod=+x)"
+            )),
             Err(e) => wrong.push(format!("{script}: {e}")),
         }
     }
@@ -162,5 +176,8 @@ fn the_slug_of_a_heading_is_githubs() {
         slug(" libtorch: the install we chose"),
         "libtorch-the-install-we-chose"
     );
-    assert_eq!(slug(" Codec state (contract 0.4)"), "codec-state-contract-04");
+    assert_eq!(
+        slug(" Codec state (contract 0.4)"),
+        "codec-state-contract-04"
+    );
 }

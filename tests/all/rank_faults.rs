@@ -10,7 +10,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{mpirun_command, no_mpirun, overridden, rank_pid, scratch, steps, wait_at_most};
+use crate::common::{
+    mpirun_command, no_mpirun, overridden, rank_pid, scratch, steps, wait_at_most,
+};
 
 /// How long any of these jobs may take to stop after its fault.
 const BOUND: Duration = Duration::from_secs(30);

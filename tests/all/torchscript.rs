@@ -272,7 +272,11 @@ fn a_scripted_model_trains_on_cuda_as_in_pytorch_where_there_is_a_gpu() {
         );
     }
     let worst = r["worst_state"][0].as_f64().unwrap();
-    assert!(worst <= 1e-3, "weights differ by {worst} in {}", r["worst_state"][1]);
+    assert!(
+        worst <= 1e-3,
+        "weights differ by {worst} in {}",
+        r["worst_state"][1]
+    );
 }
 
 /// A head the forward pass never calls gets no gradient on any rank: on one rank and on two
