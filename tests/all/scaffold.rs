@@ -16,17 +16,6 @@ use std::process::{Command, Output};
 
 use crate::common::*;
 
-fn env_or(var: &str, default: impl FnOnce() -> PathBuf) -> PathBuf {
-    std::env::var_os(var).map_or_else(default, PathBuf::from)
-}
-
-/// `~/.cache/lsgd-host`, or what scripts/env.sh exported.
-fn cache_root() -> PathBuf {
-    env_or("LSGD_CACHE_ROOT", || {
-        PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/lsgd-host")
-    })
-}
-
 fn tool(path: PathBuf) -> PathBuf {
     assert!(
         path.exists(),
@@ -127,7 +116,10 @@ pub fn build_project(lang: &str, dir: &Path, name: &str) -> PathBuf {
         }
         // cargo test holds the lock on the workspace's target directory: build elsewhere.
         "rust" => {
-            build.env("CARGO_TARGET_DIR", cache_root().join("scaffold-target"));
+            build.env(
+                "CARGO_TARGET_DIR",
+                lsgd_host::train::venv::cache_root().join("scaffold-target"),
+            );
         }
         _ => {}
     }
