@@ -403,6 +403,14 @@ pub fn weights(o: &Output) -> String {
 /// torch and tensorboard into it.
 pub use lsgd_host::train::venv::python as venv_python;
 
+/// The step of the newest checkpoint in `out` (its `checkpoint.json`), if there is one.
+pub fn checkpoint_step(out: &Path) -> Option<u64> {
+    std::fs::read(out.join("checkpoint.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["step"].as_u64())
+}
+
 /// Waits until `out` holds a checkpoint of step >= 2 (a job under test has started and a
 /// restart has something to resume) and returns its step; panics with the log at `stderr` when
 /// `child` ends first or none comes within 120 s.
@@ -410,11 +418,7 @@ pub fn await_checkpoint(child: &mut std::process::Child, stderr: &Path, out: &Pa
     let started = std::time::Instant::now();
     let log = || std::fs::read_to_string(stderr).unwrap_or_default();
     loop {
-        let step = std::fs::read(out.join("checkpoint.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|v| v["step"].as_u64());
-        if let Some(s) = step.filter(|s| *s >= 2) {
+        if let Some(s) = checkpoint_step(out).filter(|s| *s >= 2) {
             return s;
         }
         if let Some(s) = child.try_wait().unwrap() {

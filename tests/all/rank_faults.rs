@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    mpirun_command, no_mpirun, overridden, rank_pid, scratch, steps, wait_at_most,
+    checkpoint_step, mpirun_command, no_mpirun, overridden, rank_pid, scratch, steps, wait_at_most,
 };
 
 /// How long any of these jobs may take to stop after its fault.
@@ -411,7 +411,9 @@ fn kill_one_rank(name: &str, victim: usize) {
         "the lost rank is not named:\n{}",
         o.all()
     );
-    let done = steps(&out).len() as u64;
+    // A resume starts from the newest checkpoint, which may be a step behind the metrics: a
+    // step's record is written before its checkpoint, and the kill may fall between the two.
+    let done = checkpoint_step(&out).expect("a checkpoint before the kill");
     assert!(done >= 2, "{done}");
     let span = (done, done + 2);
     resumes(3, &out, &scratch(&format!("{name}-on-3")), span, &[]);
