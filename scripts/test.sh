@@ -3,9 +3,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$LSGD_ROOT"
-# The tests need an importable torch (bench ddp's PyTorch side, torch oracles), not only libtorch.
-bash scripts/setup.sh --python-torch
-
 # Each step's wall time, printed at the end: the budget of a cold run is 35 minutes on CI's
 # 2-core machine (docs/testing.md), and this says which step grew.
 timings=() last_step="setup" last_at=$SECONDS
@@ -14,6 +11,9 @@ lap() {
   last_step="$*" last_at=$SECONDS
 }
 step() { lap "$@"; printf '\n== %s\n' "$*" >&2; }
+
+# The tests need an importable torch (bench ddp's PyTorch side, torch oracles), not only libtorch.
+bash scripts/setup.sh --python-torch
 
 step "format"
 cargo fmt --all -- --check

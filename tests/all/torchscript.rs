@@ -10,6 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use serde_json::Value;
+
 use crate::common::*;
 
 /// Makes the model and a CIFAR-format data set (`make DIR`), or trains the model in torch as
@@ -177,32 +179,34 @@ fn script_ranks(n: usize, model: &str, dir: &Path, out: &Path, extra: &[&str]) -
     mpirun(&[app])
 }
 
-#[test]
-fn a_scripted_model_trains_as_in_pytorch() {
-    let Some((py, dir)) = made("torchscript") else {
-        return;
-    };
-    let (script, d) = (dir.join("reference.py"), dir.to_str().unwrap());
-    let out = scratch("torchscript-run");
-    let epochs = 4;
+/// Trains `model.pt` from [`made`]'s `dir` for 4 steps on `device`, saving the weights, then
+/// trains it in torch on the CPU and checks that every step's loss and the final weights agree
+/// within `rtol` (relative); torch's report.
+fn trains_as_in_pytorch(py: &Path, dir: &Path, name: &str, device: &str, rtol: f64) -> Value {
+    let out = scratch(name);
     let weights = dir.join("weights.safetensors");
     let mut args = vec!["run".to_string()];
     args.extend(script_run(
         "model.pt",
-        &dir,
+        dir,
         &out,
-        &["--save-model", weights.to_str().unwrap()],
+        &[
+            "--device",
+            device,
+            "--save-model",
+            weights.to_str().unwrap(),
+        ],
     ));
     let o = lsgd(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(weights.is_file() && dir.join("weights.pt").is_file());
-    let checked = Command::new(&py)
-        .arg(&script)
-        .args(["check", d, &epochs.to_string()])
+    let checked = Command::new(py)
+        .arg(dir.join("reference.py"))
+        .args(["check", dir.to_str().unwrap(), "4"])
         .output()
         .unwrap();
     assert!(checked.status.success(), "{}", stderr(&checked));
-    let r: serde_json::Value = serde_json::from_str(&stdout(&checked)).unwrap();
+    let r: Value = serde_json::from_str(&stdout(&checked)).unwrap();
     eprintln!("torch: {r}");
     let host: Vec<f64> = steps(&out).iter().map(|s| s.loss).collect();
     let torch: Vec<f64> = r["losses"]
@@ -211,22 +215,31 @@ fn a_scripted_model_trains_as_in_pytorch() {
         .iter()
         .map(|v| v.as_f64().unwrap())
         .collect();
-    assert_eq!(host.len(), epochs);
+    assert_eq!(host.len(), 4);
     for (step, (a, b)) in host.iter().zip(&torch).enumerate() {
         assert!(
-            (a - b).abs() <= 1e-5 * b.abs(),
-            "step {step}: host {a}, torch {b}"
+            (a - b).abs() <= rtol * b.abs(),
+            "step {step}: host on {device} {a}, torch {b}"
         );
     }
     let worst = r["worst_state"][0].as_f64().unwrap();
     assert!(
-        worst <= 1e-5,
+        worst <= rtol,
         "weights differ by {worst} in {}",
         r["worst_state"][1]
     );
+    r
+}
+
+#[test]
+fn a_scripted_model_trains_as_in_pytorch() {
+    let Some((py, dir)) = made("torchscript") else {
+        return;
+    };
+    let r = trains_as_in_pytorch(&py, &dir, "torchscript-run", "cpu", 1e-5);
     let outputs = r["eval_outputs"].as_f64().unwrap();
     assert!(outputs <= 1e-5, "eval-mode outputs differ by {outputs}");
-    assert_eq!(r["batches_tracked"], epochs as u64);
+    assert_eq!(r["batches_tracked"], 4);
 }
 
 /// The same module trained on CUDA (the shim moves it to the device, autocast is off) follows
@@ -241,42 +254,7 @@ fn a_scripted_model_trains_on_cuda_as_in_pytorch_where_there_is_a_gpu() {
     let Some((py, dir)) = made("torchscript-cuda") else {
         return;
     };
-    let out = scratch("torchscript-cuda-run");
-    let weights = dir.join("weights.safetensors");
-    let mut args = vec!["run".to_string()];
-    args.extend(script_run(
-        "model.pt",
-        &dir,
-        &out,
-        &["--save-model", weights.to_str().unwrap()],
-    ));
-    let device = args.iter().position(|a| a == "--device").unwrap() + 1;
-    args[device] = "cuda".into();
-    let o = lsgd(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(o.status.success(), "{}", stderr(&o));
-    let checked = Command::new(&py)
-        .arg(dir.join("reference.py"))
-        .args(["check", dir.to_str().unwrap(), "4"])
-        .output()
-        .unwrap();
-    assert!(checked.status.success(), "{}", stderr(&checked));
-    let r: serde_json::Value = serde_json::from_str(&stdout(&checked)).unwrap();
-    let host: Vec<f64> = steps(&out).iter().map(|s| s.loss).collect();
-    let torch = r["losses"].as_array().unwrap();
-    assert_eq!(host.len(), torch.len());
-    for (step, (a, b)) in host.iter().zip(torch).enumerate() {
-        let b = b.as_f64().unwrap();
-        assert!(
-            (a - b).abs() <= 1e-3 * b.abs(),
-            "step {step}: host on CUDA {a}, torch on CPU {b}"
-        );
-    }
-    let worst = r["worst_state"][0].as_f64().unwrap();
-    assert!(
-        worst <= 1e-3,
-        "weights differ by {worst} in {}",
-        r["worst_state"][1]
-    );
+    trains_as_in_pytorch(&py, &dir, "torchscript-cuda-run", "cuda", 1e-3);
 }
 
 /// A head the forward pass never calls gets no gradient on any rank: on one rank and on two
