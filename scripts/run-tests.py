@@ -3,7 +3,7 @@
 `cargo test --no-fail-fast` would (each in its package's directory, every binary even when one
 fails), but several at once and with each test's time, and writes `NAME<TAB>SECONDS` per test.
 
-Usage: run-tests.py [--jobs=N] ARTIFACTS.json TIMES.tsv [-- LIBTEST-ARGS…]
+Usage: run-tests.py [--jobs=N] [--beside=FILTER…] ARTIFACTS.json TIMES.tsv [-- LIBTEST-ARGS…]
        run-tests.py --slowest N TIMES.tsv [PYTEST-JUNIT.xml]   the N slowest tests of both
 
 The binaries run longest first (by the times of the last run, when TIMES.tsv is there) on
@@ -11,6 +11,11 @@ The binaries run longest first (by the times of the last run, when TIMES.tsv is 
 the short unit-test binaries fill the other slot beside it. libtest reports times only with
 `--report-time`, an unstable flag: it is enabled for the test processes alone
 (RUSTC_BOOTSTRAP=1 in their environment, never in a compiler's).
+
+`--beside=FILTER` runs an integration binary's tests that match FILTER in a process of their
+own, one at a time, beside the slots and from the start, and skips them in the binary's main
+run: for tests that mostly wait (on network timeouts in an emulated cluster), which would
+otherwise hold a slot, and so a core, while they sleep.
 """
 
 import json
@@ -45,11 +50,11 @@ def binaries(artifacts):
 
 
 def run(binary, extra, lock, times, failures):
-    name, exe, pkg, _ = binary
+    name, exe, pkg, _, filters = binary
     env = dict(os.environ, RUSTC_BOOTSTRAP="1")
     started = time.monotonic()
     p = subprocess.run(
-        [exe, "-Z", "unstable-options", "--report-time", *extra],
+        [exe, "-Z", "unstable-options", "--report-time", *filters, *extra],
         cwd=pkg,
         env=env,
         stdout=subprocess.PIPE,
@@ -98,12 +103,28 @@ def main():
         at = args.index("--")
         args, extra = args[:at], args[at + 1 :]
     jobs = os.cpu_count() or 2
-    if args and args[0].startswith("--jobs="):
-        jobs = int(args.pop(0).split("=", 1)[1])
+    beside = []
+    while args and args[0].startswith("--"):
+        flag, _, value = args.pop(0).partition("=")
+        if flag == "--jobs":
+            jobs = int(value)
+        elif flag == "--beside":
+            beside.append(value)
+        else:
+            sys.exit(f"run-tests: unknown option {flag}")
     artifacts, times_file = args
     todo = binaries(artifacts)
     if not todo:
         sys.exit(f"run-tests: no test binaries in {artifacts}")
+    # Each integration binary's main run skips the tests that run beside it.
+    skips = [a for f in beside for a in ("--skip", f)]
+    todo = [(n, exe, pkg, integration, skips if integration else []) for n, exe, pkg, integration in todo]
+    apart = [
+        (n, exe, pkg, True, [f, "--test-threads=1"])
+        for n, exe, pkg, integration, _ in todo
+        if integration
+        for f in beside
+    ]
     last = {}
     if os.path.exists(times_file):
         for line in open(times_file):
@@ -124,6 +145,7 @@ def main():
             run(binary, extra, lock, times, failures)
 
     threads = [threading.Thread(target=worker) for _ in range(min(jobs, len(todo)))]
+    threads += [threading.Thread(target=run, args=(b, extra, lock, times, failures)) for b in apart]
     for t in threads:
         t.start()
     for t in threads:

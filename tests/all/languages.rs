@@ -16,7 +16,7 @@ use lsgd_codec::rng::Rng;
 use lsgd_host::plugin::{Cache, Limits, Plugin, Runtime};
 
 use crate::common::*;
-use crate::scaffold::{build_project, new_project_with};
+use crate::scaffold::built;
 
 /// The Goyal warmup schedule in every language other than Rust.
 const WARMUPS: &[&str] = &["warmup-c", "warmup-python", "warmup-js", "warmup-go"];
@@ -444,9 +444,8 @@ fn every_language_stateful_scaffold_snapshots_and_restores_the_same_bytes() {
     let bytes = |best: f64| Some(best.to_le_bytes().to_vec());
     let rt = shared_runtime();
     for lang in ["rust", "c", "python", "js", "go"] {
-        let name = format!("snapshot-{lang}");
-        let (dir, _) = new_project_with(lang, "schedule", &name, true);
-        let mut p = rt.load(&build_project(lang, &dir, &name), None).unwrap();
+        let (wasm, _) = built(lang, "schedule", true);
+        let mut p = rt.load(&wasm, None).unwrap();
         assert!(p.stateful(), "{lang}");
         p.configure(&[]).unwrap();
         assert_eq!(

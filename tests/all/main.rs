@@ -35,6 +35,7 @@ mod rank_faults;
 mod run_dir;
 mod scaffold;
 mod schedules_torch;
+mod shared_build;
 mod soak;
 mod studies;
 mod tensorboard;

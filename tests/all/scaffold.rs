@@ -11,8 +11,10 @@
 //! The toolchains are the ones `scripts/build-guests.sh` installs (the test command runs it
 //! first); a missing one fails the test with that hint rather than skipping it.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::common::*;
 
@@ -56,6 +58,21 @@ fn plugin_build() -> PathBuf {
 
 /// Creates a project of `kind` with `lsgd-host new` (`--stateful` if `stateful`) in a scratch
 /// directory and builds it; returns the component and what `new` printed.
+/// [`scaffold_and_build`] once per test run: the tests that need the same fresh project (this
+/// file's and the stateful snapshot test in `languages.rs`) share its build, the slow part.
+pub fn built(lang: &str, kind: &str, stateful: bool) -> (PathBuf, String) {
+    type Slot = Arc<OnceLock<(PathBuf, String)>>;
+    static BUILT: Mutex<BTreeMap<(String, String, bool), Slot>> = Mutex::new(BTreeMap::new());
+    let slot = BUILT
+        .lock()
+        .unwrap()
+        .entry((lang.into(), kind.into(), stateful))
+        .or_default()
+        .clone();
+    slot.get_or_init(|| scaffold_and_build(lang, kind, stateful))
+        .clone()
+}
+
 fn scaffold_and_build(lang: &str, kind: &str, stateful: bool) -> (PathBuf, String) {
     let name = if stateful {
         format!("my-{lang}-stateful-{kind}")
@@ -395,7 +412,7 @@ fn check_state(wasm: &Path, case: &Case) {
 /// `stateful`; loads those of `load` in the host.
 fn scaffold(lang: &str, load: &[&str], stateful: bool) {
     for case in CASES {
-        let (wasm, hint) = scaffold_and_build(lang, case.kind, stateful);
+        let (wasm, hint) = built(lang, case.kind, stateful);
         check_exports(&wasm, case.kind, stateful);
         if load.contains(&case.kind) {
             check_loads(&wasm, case, &hint, stateful);
