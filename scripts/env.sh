@@ -3,6 +3,16 @@
 LSGD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export LSGD_ROOT
 export LSGD_CACHE_ROOT="${LSGD_CACHE_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/lsgd-host}"
+# Sourced again under another cache root (`LSGD_CACHE_ROOT=$(mktemp -d) scripts/test.sh` from a
+# shell that sourced this file), the paths derived from the old root are derived again: a fresh
+# root must not build into the old target or load from the old caches. Paths set by hand stay.
+if [ -n "${LSGD_DERIVED_FROM:-}" ] && [ "$LSGD_DERIVED_FROM" != "$LSGD_CACHE_ROOT" ]; then
+  [ "${CARGO_TARGET_DIR:-}" != "$LSGD_DERIVED_FROM/target" ] || unset CARGO_TARGET_DIR
+  [ "${LSGD_CACHE_DIR:-}" != "$LSGD_DERIVED_FROM/components" ] || unset LSGD_CACHE_DIR
+  [ "${LSGD_VENV:-}" != "$LSGD_DERIVED_FROM/venv" ] || unset LSGD_VENV
+  case "${LIBTORCH:-}" in "$LSGD_DERIVED_FROM/venv/"*) unset LIBTORCH ;; esac
+fi
+export LSGD_DERIVED_FROM="$LSGD_CACHE_ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$LSGD_CACHE_ROOT/target}"
 export LSGD_CACHE_DIR="${LSGD_CACHE_DIR:-$LSGD_CACHE_ROOT/components}"
 export PATH="$HOME/.cargo/bin:$PATH"

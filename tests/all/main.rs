@@ -15,6 +15,7 @@ mod common;
 mod data;
 mod dgc;
 mod docs;
+mod env_sh;
 mod faults;
 mod formulas;
 mod fuzz;
