@@ -116,9 +116,8 @@ fn job(out: &Path, extra: &[&str]) -> Vec<String> {
     overridden(v, extra)
 }
 
-/// Mean communication seconds per step of a finished run.
-/// The quickest step's exchange: a mean would also count the waits for a rank that a busy
-/// machine descheduled, which the link's speed has no part in.
+/// The communication seconds of a finished run's quickest step: a mean would also count the
+/// waits for a rank that a busy machine descheduled, which the link's speed has no part in.
 fn communication(out: &Path) -> f64 {
     steps(out)
         .iter()

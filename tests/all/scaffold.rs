@@ -56,8 +56,6 @@ fn plugin_build() -> PathBuf {
     tool(target.join("debug/lsgd-plugin-build"))
 }
 
-/// Creates a project of `kind` with `lsgd-host new` (`--stateful` if `stateful`) in a scratch
-/// directory and builds it; returns the component and what `new` printed.
 /// [`scaffold_and_build`] once per test run: the tests that need the same fresh project (this
 /// file's and the stateful snapshot test in `languages.rs`) share its build, the slow part.
 pub fn built(lang: &str, kind: &str, stateful: bool) -> (PathBuf, String) {
@@ -73,6 +71,8 @@ pub fn built(lang: &str, kind: &str, stateful: bool) -> (PathBuf, String) {
         .clone()
 }
 
+/// Creates a project of `kind` with `lsgd-host new` (`--stateful` if `stateful`) in a scratch
+/// directory and builds it; returns the component and what `new` printed.
 fn scaffold_and_build(lang: &str, kind: &str, stateful: bool) -> (PathBuf, String) {
     let name = if stateful {
         format!("my-{lang}-stateful-{kind}")

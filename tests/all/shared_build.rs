@@ -26,6 +26,15 @@ fn unit_graph(args: &[String]) -> Vec<Value> {
     graph["units"].as_array().unwrap().clone()
 }
 
+/// The indices of a unit's dependencies in its graph.
+fn deps(u: &Value) -> impl Iterator<Item = usize> + '_ {
+    u["dependencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["index"].as_u64().unwrap() as usize)
+}
+
 /// A key per unit that two graphs share only for one compiled artifact: the package, target,
 /// mode, features and profile (less its name), and the keys of its dependencies.
 fn keys(units: &[Value]) -> Vec<String> {
@@ -36,12 +45,7 @@ fn keys(units: &[Value]) -> Vec<String> {
         let u = &units[i];
         let mut profile = u["profile"].clone();
         profile.as_object_mut().unwrap().remove("name");
-        let mut deps: Vec<String> = u["dependencies"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| key(d["index"].as_u64().unwrap() as usize, units, memo))
-            .collect();
+        let mut deps: Vec<String> = deps(u).map(|d| key(d, units, memo)).collect();
         deps.sort();
         let own = format!(
             "{} {} {} {} {profile}",
@@ -100,8 +104,7 @@ fn the_wheel_build_reuses_the_wasmtime_the_test_build_compiled() {
     let (mut todo, mut seen) = (vec![root], HashSet::new());
     while let Some(i) = todo.pop() {
         if seen.insert(i) {
-            let deps = wheel[i]["dependencies"].as_array().unwrap();
-            todo.extend(deps.iter().map(|d| d["index"].as_u64().unwrap() as usize));
+            todo.extend(deps(&wheel[i]));
         }
     }
     assert!(
@@ -124,11 +127,7 @@ fn the_wheel_build_reuses_the_wasmtime_the_test_build_compiled() {
     let mut apart: Vec<String> = seen
         .iter()
         .filter(|i| !shared(i))
-        .filter(|&&i| {
-            let deps = wheel[i]["dependencies"].as_array().unwrap();
-            deps.iter()
-                .all(|d| shared(&(d["index"].as_u64().unwrap() as usize)))
-        })
+        .filter(|&&i| deps(&wheel[i]).all(|d| shared(&d)))
         .map(|&i| {
             let n = name(&wheel[i]);
             let (w, t) = (features(&wheel, &n), features(&tests, &n));
