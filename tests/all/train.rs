@@ -63,6 +63,7 @@ pub(crate) fn config(
             allreduce: Algorithm::Mpi,
             consistency_every: 100,
             slow: None,
+            tolerance: None,
             keep_checkpoints: 2,
             overwrite: false,
             loader_threads: 2,

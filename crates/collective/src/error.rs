@@ -113,6 +113,42 @@ pub enum Error {
         size: usize,
     },
 
+    /// A collective of a fault-tolerant world failed: a rank was lost (or another rank saw a
+    /// loss and revoked the world). The survivors agree on it and shrink ([`crate::World::shrink`]).
+    #[error("a rank was lost during a collective: {what} (MPI error class {class})")]
+    RankLost {
+        /// The MPI error class the error handler saw first.
+        class: i32,
+        /// The class in words.
+        what: &'static str,
+    },
+
+    /// `--fault-tolerance` where MPI cannot provide it.
+    #[error("--fault-tolerance: {0}")]
+    Unavailable(String),
+
+    /// MPIX_Comm_shrink kept failing.
+    #[error("the survivors could not shrink the world (MPIX_Comm_shrink failed 8 times)")]
+    Shrink,
+
+    /// This rank is on the smaller side of a partition (or all that is left of a world that
+    /// lost its majority): it stops without writing, so that the other side goes on alone.
+    #[error(
+        "cut off: {after} of the last agreed world's {before} ranks can still reach this one \
+         (lost ranks {lost:?}), not a majority{tie}; this side stops and writes no checkpoint \
+         or metrics, so that the side with the majority goes on alone"
+    )]
+    CutOff {
+        /// Ranks in the world before the loss.
+        before: usize,
+        /// Ranks this side kept.
+        after: usize,
+        /// The ranks (of the world before) this side lost.
+        lost: Vec<usize>,
+        /// Said when exactly half remain: the half without the old rank 0 stops.
+        tie: &'static str,
+    },
+
     /// Writing a report (the self-test summary).
     #[error(transparent)]
     Io(#[from] std::io::Error),

@@ -34,6 +34,15 @@ pub struct Nodes {
 }
 
 impl Nodes {
+    /// Puts its communicators under fault tolerance's error handler ([`crate::ulfm`]).
+    pub(crate) fn watch(&self) {
+        use mpi::raw::AsRaw;
+        crate::ulfm::watch(self.node.as_raw());
+        if let Some(l) = &self.leaders {
+            crate::ulfm::watch(l.as_raw());
+        }
+    }
+
     /// Splits `world` by shared-memory node, or into blocks of `ranks_per_node` consecutive
     /// ranks when given (collective).
     pub fn new(world: &SimpleCommunicator, ranks_per_node: Option<usize>) -> Result<Nodes> {

@@ -24,8 +24,12 @@
 //! - [`chunks`]: chunking, the pairwise exchange, and how each element format is stored and
 //!   added ([`chunks::Format`]);
 //! - [`selftest`]: every algorithm against MPI_Allreduce and the exact sum, for the mpirun tests;
+//! - [`survive`]: a rank lost on purpose mid-run and the survivors' sums checked (fault tolerance);
 //! - [`watchdog`]: ends a rank stuck in one collective past `--collective-timeout`, naming the
-//!   rank and host it waits on, instead of hanging the job.
+//!   rank and host it waits on, instead of hanging the job;
+//! - [`ulfm`]: `--fault-tolerance`, MPI's ULFM: a collective that loses a rank reports it, and
+//!   the survivors agree, shrink and go on ([`World::init_tolerant`], [`World::agree`],
+//!   [`World::shrink`]).
 //!
 //! Errors are one [`Error`] enum; the `lsgd-host` binary turns them into `anyhow` errors.
 
@@ -40,7 +44,9 @@ pub mod hierarchical;
 mod p2p;
 pub mod ring;
 pub mod selftest;
+pub mod survive;
 pub mod torus;
+pub mod ulfm;
 pub mod watchdog;
 mod world;
 
@@ -53,7 +59,7 @@ use serde::{Deserialize, Serialize};
 pub use error::{Error, Result};
 /// The element formats of summed payloads and 16-bit all-reduces (binary32, binary16, bfloat16).
 pub use lsgd_codec::Element;
-pub use world::{Agreement, World};
+pub use world::{Agreement, LostRank, Shrunk, World};
 
 /// An all-reduce algorithm (`--allreduce`).
 #[derive(

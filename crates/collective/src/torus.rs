@@ -42,6 +42,13 @@ pub struct Grid {
 }
 
 impl Grid {
+    /// Puts both communicators under fault tolerance's error handler ([`crate::ulfm`]).
+    pub(crate) fn watch(&self) {
+        use mpi::raw::AsRaw;
+        crate::ulfm::watch(self.row.as_raw());
+        crate::ulfm::watch(self.column.as_raw());
+    }
+
     /// Splits `world` into rows of `shape.0` ranks and columns of `shape.1` (collective).
     pub fn new(world: &SimpleCommunicator, shape: (usize, usize)) -> Result<Grid> {
         let (p, r) = (world.size() as usize, world.rank());

@@ -33,7 +33,7 @@ pub const EXIT_CODE: i32 = 75;
 pub const PREFIX: &str = "error: collective timeout: ";
 
 /// What a marked call is doing; its index in [`OPS`] is what the state word holds.
-const OPS: [&str; 14] = [
+const OPS: [&str; 16] = [
     "",
     "MPI_Allreduce",
     "ring all-reduce",
@@ -48,6 +48,8 @@ const OPS: [&str; 14] = [
     "send",
     "receive",
     "wait for a message",
+    "agreement",
+    "shrink",
 ];
 
 /// A blocking call of [`crate::World`], as the watchdog names it.
@@ -62,6 +64,8 @@ impl Op {
     pub(crate) const SEND: Op = Op(11);
     pub(crate) const RECEIVE: Op = Op(12);
     pub(crate) const WAIT: Op = Op(13);
+    pub(crate) const AGREE: Op = Op(14);
+    pub(crate) const SHRINK: Op = Op(15);
 
     /// The all-reduce of `algo`.
     pub(crate) fn all_reduce(algo: Algorithm) -> Op {

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 use lsgd_codec::{Element, wire};
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
-use mpi::environment::Universe;
+use mpi::environment::{Threading, Universe};
+use mpi::raw::{AsRaw, FromRaw};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
@@ -13,7 +14,9 @@ use super::chunks::{Bf16, F16, F32, Format, Scratch};
 use super::hierarchical::Nodes;
 use super::torus::{self, Grid};
 use super::watchdog::{self, Op};
-use super::{Algorithm, Error, Result, Traffic, baseline, binary_blocks, halving_doubling, ring};
+use super::{
+    Algorithm, Error, Result, Traffic, baseline, binary_blocks, halving_doubling, ring, ulfm,
+};
 
 /// Environment variables that mpirun (Open MPI, MPICH/PMI, PMIx) sets in every rank.
 const LAUNCHER_VARS: [&str; 3] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"];
@@ -42,6 +45,8 @@ pub struct World {
 
 /// Field order matters: the sub-communicators are freed before the universe finalizes MPI.
 pub(crate) struct Mpi {
+    /// Stops before anything else of MPI goes.
+    pump: Option<ulfm::Pump>,
     grid: Option<Grid>,
     nodes: Option<Nodes>,
     pub(crate) comm: SimpleCommunicator,
@@ -51,7 +56,57 @@ pub(crate) struct Mpi {
     scratch: Scratch,
     rank: usize,
     size: usize,
+    /// With `--fault-tolerance`: who every rank is, to name and fence a lost one.
+    tolerant: Option<Ranks>,
     _universe: Universe,
+}
+
+/// Every rank's host, pid and process start time, in rank order.
+struct Ranks {
+    hosts: Vec<String>,
+    pids: Vec<u64>,
+    ticks: Vec<u64>,
+}
+
+/// A rank the survivors lost, as [`World::shrink`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostRank {
+    /// Its rank in the world before the shrink.
+    pub rank: usize,
+    /// Its host.
+    pub host: String,
+    /// Whether a survivor on its host ended its process (it was stopped or stuck, not dead).
+    pub fenced: bool,
+}
+
+/// What [`World::shrink`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shrunk {
+    /// Ranks before.
+    pub before: usize,
+    /// The ranks lost, in rank order.
+    pub lost: Vec<LostRank>,
+    /// How long before the shrink's end the first error struck this rank.
+    pub since_failure: Duration,
+    /// Said once when `--torus-shape` no longer fits and the near-square default takes over.
+    pub note: Option<String>,
+}
+
+/// Ends this process now, without MPI: stdout and stderr flushed, nothing finalized.
+fn abandon(code: i32) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit ends the process without running anything that could call into MPI.
+    unsafe { libc::_exit(code) }
+}
+
+/// A failed split of a tolerant world is a lost rank, not a missing communicator.
+fn lost_or(e: Error, tolerant: bool) -> Error {
+    match tolerant.then(ulfm::check) {
+        Some(Err(lost)) => lost,
+        _ => e,
+    }
 }
 
 impl Mpi {
@@ -70,11 +125,59 @@ impl World {
             return Ok(World::single());
         }
         let universe = mpi::initialize().ok_or(Error::MpiInitialized)?;
+        World::started(universe)
+    }
+
+    /// A world whose collectives report a lost rank ([`Error::RankLost`]) instead of ending
+    /// the job, for `--fault-tolerance`: MPI's ULFM (Open MPI 5 under `mpirun --with-ft
+    /// ulfm`), with its failure detector on, so that a stopped or silent rank counts as lost
+    /// after `detector` without a heartbeat (zero: off, only ranks whose process or link ends
+    /// are found). A thread of ours keeps the heartbeats going while a rank computes, so MPI
+    /// must give `MPI_THREAD_MULTIPLE`. Without mpirun this is a single-process world (nothing
+    /// to lose).
+    pub fn init_tolerant(detector: Duration) -> Result<World> {
+        if !LAUNCHER_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
+            return Ok(World::single());
+        }
+        if let Some(why) = ulfm::unavailable() {
+            return Err(Error::Unavailable(why));
+        }
+        if !detector.is_zero() {
+            ulfm::configure_detector(detector);
+        }
+        let (universe, threading) =
+            mpi::initialize_with_threading(Threading::Multiple).ok_or(Error::MpiInitialized)?;
+        if threading != Threading::Multiple {
+            return Err(Error::Unavailable(format!(
+                "MPI gave thread level {threading:?}; the failure detector's heartbeats come \
+                 from a thread of their own, which needs Multiple"
+            )));
+        }
+        ulfm::watch(universe.world().as_raw());
+        let mut world = World::started(universe)?;
+        let pid = u64::from(std::process::id());
+        let ticks = ulfm::start_ticks(std::process::id()).unwrap_or(0);
+        let ranks = Ranks {
+            hosts: world.hostnames()?,
+            pids: world.all_gather_u64(pid)?,
+            ticks: world.all_gather_u64(ticks)?,
+        };
+        let m = world.mpi.as_deref_mut().expect("an MPI world");
+        ulfm::watch(m.exit.as_raw());
+        m.tolerant = Some(ranks);
+        if !detector.is_zero() {
+            m.pump = Some(ulfm::Pump::start(ulfm::pump_period(detector)));
+        }
+        Ok(world)
+    }
+
+    fn started(universe: Universe) -> Result<World> {
         let comm = universe.world();
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         let exit = comm.duplicate();
         let world = World {
             mpi: Some(Box::new(Mpi {
+                pump: None,
                 grid: None,
                 nodes: None,
                 comm,
@@ -82,6 +185,7 @@ impl World {
                 scratch: Scratch::default(),
                 rank,
                 size,
+                tolerant: None,
                 _universe: universe,
             })),
             torus_shape: None,
@@ -90,6 +194,111 @@ impl World {
         // Gathered now, while every rank is reachable: a timeout report names hosts.
         watchdog::set_ranks(rank, world.hostnames()?);
         Ok(world)
+    }
+
+    /// Whether collectives report lost ranks ([`World::init_tolerant`]).
+    pub fn is_tolerant(&self) -> bool {
+        self.mpi.as_ref().is_some_and(|m| m.tolerant.is_some())
+    }
+
+    /// Whether every live rank says `ok`: the same answer on every survivor, also after a
+    /// failure (ULFM's agreement), false when some rank was lost. What a step's update waits
+    /// for with fault tolerance; otherwise (no ranks to lose) `ok` itself.
+    pub fn agree(&self, ok: bool) -> bool {
+        match self.mpi.as_deref() {
+            Some(m) if m.tolerant.is_some() => {
+                let _busy = watchdog::enter(Op::AGREE, m.sole_peer());
+                ulfm::agree(m.comm.as_raw(), ok)
+            }
+            _ => ok,
+        }
+    }
+
+    /// After a failed [`World::agree`]: the survivors revoke the world, shrink it to
+    /// themselves and rebuild it (ranks renumbered in their old order, sub-communicators made
+    /// again on first use). Only a majority of the world before goes on (exactly half when it
+    /// holds the old rank 0): any other side of a partition gets [`Error::CutOff`] and must
+    /// stop without writing. A lost rank on this machine whose process is still there (stopped,
+    /// or stuck past the detector) is killed, so that nothing waits for it.
+    pub fn shrink(&mut self) -> Result<Shrunk> {
+        let torus_shape = self.torus_shape;
+        let Some(m) = self.mpi.as_deref_mut() else {
+            return Err(Error::Shrink);
+        };
+        let Some(ranks) = m.tolerant.as_mut() else {
+            return Err(Error::Shrink);
+        };
+        let old = m.comm.as_raw();
+        let new = {
+            let _busy = watchdog::enter(Op::SHRINK, None);
+            ulfm::shrink(old)?
+        };
+        let since_failure = ulfm::failed().map_or(Duration::ZERO, |(_, ago)| ago);
+        let lost = ulfm::missing(old, new, m.size);
+        let before = m.size;
+        let after = before - lost.len();
+        if after * 2 < before || (after * 2 == before && lost.contains(&0)) {
+            return Err(Error::CutOff {
+                before,
+                after,
+                lost,
+                tie: if after * 2 == before {
+                    " (exactly half, and the half with the old rank 0 goes on)"
+                } else {
+                    ""
+                },
+            });
+        }
+        let me = ranks.hosts[m.rank].clone();
+        let lost: Vec<LostRank> = lost
+            .into_iter()
+            .map(|r| LostRank {
+                rank: r,
+                host: ranks.hosts[r].clone(),
+                fenced: ranks.hosts[r] == me && ulfm::fence(ranks.pids[r] as u32, ranks.ticks[r]),
+            })
+            .collect();
+        let kept = |r: &usize| !lost.iter().any(|l| l.rank == *r);
+        let survivors: Vec<usize> = (0..before).filter(kept).collect();
+        ranks.hosts = survivors.iter().map(|&r| ranks.hosts[r].clone()).collect();
+        ranks.pids = survivors.iter().map(|&r| ranks.pids[r]).collect();
+        ranks.ticks = survivors.iter().map(|&r| ranks.ticks[r]).collect();
+        ulfm::forget_all();
+        m.grid = None;
+        m.nodes = None;
+        // SAFETY: a communicator MPIX_Comm_shrink just made, owned from here on.
+        m.comm = unsafe { SimpleCommunicator::from_raw(new) };
+        ulfm::watch(m.comm.as_raw());
+        m.exit = m.comm.duplicate();
+        ulfm::watch(m.exit.as_raw());
+        m.rank = m.comm.rank() as usize;
+        m.size = m.comm.size() as usize;
+        ulfm::clear();
+        watchdog::set_ranks(m.rank, ranks.hosts.clone());
+        let mut note = None;
+        if let Some(shape) = torus_shape.filter(|s| s.0 * s.1 != m.size) {
+            let (x, y) = torus::default_shape(m.size);
+            note = Some(format!(
+                "--torus-shape {}x{} does not fit {} ranks: torus2d uses {x}x{y} from now on",
+                shape.0, shape.1, m.size
+            ));
+            self.torus_shape = None;
+        }
+        Ok(Shrunk {
+            before,
+            lost,
+            since_failure,
+            note,
+        })
+    }
+
+    /// Err([`Error::RankLost`]) once a collective of a tolerant world has failed: its result
+    /// is garbage and must not be used.
+    fn settled(&self) -> Result<()> {
+        match self.mpi.as_deref() {
+            Some(m) if m.tolerant.is_some() => ulfm::check(),
+            _ => Ok(()),
+        }
     }
 
     /// Ends this rank, with a report naming the rank and host it waits on, when one blocking
@@ -107,6 +316,11 @@ impl World {
     /// for it in a collective, where MPI_Finalize would wait for them in turn), the job is
     /// aborted, so that it ends now rather than after the collective timeout.
     pub fn exit_after_error(self, code: i32, linger: Duration) -> ! {
+        if self.is_tolerant() && ulfm::failed().is_some() {
+            // A rank was lost and not recovered from (this side was cut off, or the recovery
+            // failed): MPI_Finalize and MPI_Abort would reach across to ranks that go on.
+            abandon(code);
+        }
         if let Some(mpi) = self.mpi.as_ref().filter(|m| m.size > 1) {
             let deadline = Instant::now() + linger;
             let mut barrier = mpi.exit.immediate_barrier();
@@ -264,6 +478,10 @@ impl World {
                 seconds: start.elapsed().as_secs_f64(),
             });
         }
+        if m.tolerant.is_some() {
+            ulfm::check()?;
+        }
+        let tolerant = m.tolerant.is_some();
         let _busy = watchdog::enter(Op::all_reduce(algo), m.sole_peer());
         let scratch = E::scratch(&mut m.scratch);
         let bytes_sent = match algo {
@@ -276,7 +494,10 @@ impl World {
                 // Sub-communicators are made on first use: every rank reaches this call together.
                 if m.grid.as_ref().is_none_or(|g| g.shape() != shape) {
                     m.grid = None;
-                    m.grid = Some(Grid::new(&m.comm, shape)?);
+                    m.grid = Some(Grid::new(&m.comm, shape).map_err(|e| lost_or(e, tolerant))?);
+                    if tolerant {
+                        m.grid.as_ref().expect("made above").watch();
+                    }
                 }
                 m.grid
                     .as_ref()
@@ -289,7 +510,12 @@ impl World {
                     .is_none_or(|n| n.ranks_per_node() != ranks_per_node)
                 {
                     m.nodes = None;
-                    m.nodes = Some(Nodes::new(&m.comm, ranks_per_node)?);
+                    m.nodes = Some(
+                        Nodes::new(&m.comm, ranks_per_node).map_err(|e| lost_or(e, tolerant))?,
+                    );
+                    if tolerant {
+                        m.nodes.as_ref().expect("made above").watch();
+                    }
                 }
                 m.nodes
                     .as_ref()
@@ -297,6 +523,7 @@ impl World {
                     .all_reduce::<E>(buf, scratch)
             }
         };
+        self.settled()?;
         Ok(Traffic {
             bytes_sent,
             seconds: start.elapsed().as_secs_f64(),
@@ -309,8 +536,10 @@ impl World {
             return Ok(vec![value]);
         };
         let mut all = vec![0u64; m.size];
+        self.settled()?;
         let _busy = watchdog::enter(Op::ALL_GATHER, m.sole_peer());
         m.comm.all_gather_into(&value, &mut all[..]);
+        self.settled()?;
         Ok(all)
     }
 
@@ -327,9 +556,12 @@ impl World {
             return Ok((vec![mine.to_vec()], traffic));
         };
         let mut lengths = vec![0u64; m.size];
+        self.settled()?;
         let _busy = watchdog::enter(Op::ALL_GATHER, m.sole_peer());
         m.comm
             .all_gather_into(&(mine.len() as u64), &mut lengths[..]);
+        // After a failure the lengths are garbage: never allocate by them.
+        self.settled()?;
         // MPI counts and displacements are C ints: refuse, on every rank alike, what overflows.
         let mut counts = Vec::with_capacity(m.size);
         let mut displs = Vec::with_capacity(m.size);
@@ -354,6 +586,7 @@ impl World {
             let mut partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
             m.comm.all_gather_varcount_into(send, &mut partition);
         }
+        self.settled()?;
         let payloads = counts
             .iter()
             .zip(&displs)
@@ -373,10 +606,11 @@ impl World {
             return Ok(());
         };
         let local = values.to_vec();
+        self.settled()?;
         let _busy = watchdog::enter(Op::MAX, m.sole_peer());
         m.comm
             .all_reduce_into(&local[..], values, SystemOperation::max());
-        Ok(())
+        self.settled()
     }
 
     /// Root's bytes to every rank (other ranks' `bytes` are replaced).
@@ -387,19 +621,23 @@ impl World {
         let root = m.comm.process_at_rank(0);
         let _busy = watchdog::enter(Op::BROADCAST, (m.rank != 0).then_some(0).or(m.sole_peer()));
         let mut len = bytes.len() as u64;
+        self.settled()?;
         root.broadcast_into(&mut len);
+        self.settled()?;
         let n = usize::try_from(len).map_err(|_| Error::BroadcastTooLong { len })?;
         bytes.resize(n, 0);
         root.broadcast_into(&mut bytes[..]);
-        Ok(())
+        self.settled()
     }
 
-    /// Waits until every rank reaches this point.
-    pub fn barrier(&self) {
+    /// Waits until every rank reaches this point; with fault tolerance, Err([`Error::RankLost`])
+    /// when a rank was lost.
+    pub fn barrier(&self) -> Result<()> {
         if let Some(m) = self.mpi.as_deref() {
             let _busy = watchdog::enter(Op::BARRIER, m.sole_peer());
             m.comm.barrier();
         }
+        self.settled()
     }
 
     /// The torus2d grid (`--torus-shape XxY`); `None` is the near-square default. Errors when
@@ -474,7 +712,7 @@ mod tests {
         let mut t = [1.0, 2.0];
         w.all_reduce_max_f64(&mut t).unwrap();
         assert_eq!(t, [1.0, 2.0]);
-        w.barrier();
+        w.barrier().unwrap();
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::model::ModelSpec;
 use crate::optim::{AdamWConfig, SgdConfig, SgdForm};
 use crate::precision::MixedPrecision;
 use lsgd_collective::Algorithm;
+use lsgd_collective::survive::Loss;
 
 /// Where tensors live.
 #[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +129,29 @@ pub struct Slowdown {
     pub ms: u64,
 }
 
+/// `--fault-tolerance`: a lost rank costs the step in flight, not the run; the survivors
+/// shrink the world and redo the step on the same global batch (trainer/survive.rs).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tolerance {
+    /// `--min-np`: the fewest ranks the world may shrink to; below it the survivors stop with
+    /// a checkpoint of the state before the step, for `lsgd-host launch` to restart from.
+    pub min_np: usize,
+    /// `--lose-rank R@STEP[:stop]`: a rank lost on purpose before that step's exchange (tests
+    /// and the fault-tolerance study).
+    pub lose: Option<LoseRank>,
+}
+
+/// A rank lost on purpose (`--lose-rank`), numbered in the world the run started with.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoseRank {
+    /// The rank.
+    pub rank: usize,
+    /// The step before whose exchange it goes.
+    pub step: u64,
+    /// Killed, or stopped (only the failure detector finds it).
+    pub how: Loss,
+}
+
 /// The settings of one invocation: where it writes, how it reports and how it uses this
 /// machine. A resume may change any of them (or the number of ranks).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -153,6 +177,9 @@ pub struct Invocation {
     /// One rank made slower on purpose (none in checkpoints written before it existed).
     #[serde(default)]
     pub slow: Option<Slowdown>,
+    /// `--fault-tolerance` (none in checkpoints written before it existed).
+    #[serde(default)]
+    pub tolerance: Option<Tolerance>,
     /// Checkpoint generations kept in `out` (`--keep-checkpoints`, at least 1; 2 in
     /// checkpoints written before it existed).
     #[serde(default = "default_keep_checkpoints")]
@@ -203,6 +230,19 @@ impl TrainConfig {
                 "--bucket-mb {} must be above 0",
                 run.bucket_mb
             )));
+        }
+        if let Some(t) = &self.invocation.tolerance {
+            if run.mode == Mode::Async {
+                return Err(Error::Config(
+                    "--fault-tolerance redoes a synchronous step on the ranks left; --mode async \
+                     has no such step (its server would have to re-send weights to workers that \
+                     come and go): run it without --fault-tolerance"
+                        .into(),
+                ));
+            }
+            if t.min_np == 0 {
+                return Err(Error::Config("--min-np must be at least 1".into()));
+            }
         }
         if self.invocation.threads == 0 {
             return Err(Error::Config("--threads must be at least 1".into()));
@@ -417,6 +457,7 @@ mod tests {
                 allreduce: Algorithm::Mpi,
                 consistency_every: 100,
                 slow: None,
+                tolerance: None,
                 keep_checkpoints: 2,
                 overwrite: false,
                 loader_threads: 2,
@@ -439,6 +480,7 @@ mod tests {
         old.as_object_mut().unwrap().remove("mixed_precision");
         old.as_object_mut().unwrap().remove("mode");
         old.as_object_mut().unwrap().remove("slow");
+        old.as_object_mut().unwrap().remove("tolerance");
         old.as_object_mut().unwrap().remove("keep_checkpoints");
         // ... and before data sets, augmentation and saved models.
         for key in [

@@ -45,6 +45,25 @@ pub enum Error {
         /// Each difference, with its flag.
         problems: Vec<String>,
     },
+    /// With `--fault-tolerance`, the world shrank below `--min-np`.
+    #[error(
+        "lost rank(s) {lost:?} at step {step}: {left} rank(s) left, fewer than --min-np \
+         {min_np}; stopped with a checkpoint of the state before step {step} ({}), which \
+         `--resume` (or `lsgd-host launch`'s restart) continues",
+        .checkpoint.display()
+    )]
+    TooFewRanks {
+        /// The ranks lost, numbered in the world that lost them.
+        lost: Vec<usize>,
+        /// The step that was to be redone.
+        step: u64,
+        /// Ranks left.
+        left: usize,
+        /// `--min-np`.
+        min_np: usize,
+        /// The checkpoint the survivors wrote.
+        checkpoint: PathBuf,
+    },
     /// A collective failed, or the ranks disagree.
     #[error(transparent)]
     Collective(#[from] lsgd_collective::Error),
@@ -154,6 +173,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether a collective lost a rank: what `--fault-tolerance` survives.
+    pub fn is_rank_lost(&self) -> bool {
+        matches!(
+            self,
+            Error::Collective(lsgd_collective::Error::RankLost { .. })
+        )
+    }
+
     /// An [`Error::Io`] with `context`.
     pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let context = context.into();

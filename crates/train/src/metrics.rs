@@ -107,6 +107,33 @@ pub struct RestartRecord {
     pub elapsed_s: f64,
 }
 
+/// `--fault-tolerance` survived a lost rank: the world shrank and the step in flight (or the
+/// check or checkpoint after it) was redone on the ranks left (written after the redone step).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RankLostRecord {
+    /// The step that was redone (or after which the check or checkpoint was).
+    pub step: u64,
+    /// What was in flight: `step`, `consistency check` or `checkpoint`.
+    pub during: String,
+    /// The ranks lost, numbered in the world that lost them.
+    pub lost_ranks: Vec<u32>,
+    /// Their hosts.
+    pub hosts: Vec<String>,
+    /// Those a survivor on their host killed (stopped or stuck, not dead).
+    pub killed: Vec<u32>,
+    /// Ranks before the loss.
+    pub world_size_before: u32,
+    /// Ranks after it.
+    pub world_size_after: u32,
+    /// Seconds from the start of the failed attempt to the first error on the rank that
+    /// writes this (work thrown away, plus the failure detector's timeout for a silent rank).
+    pub detect_s: f64,
+    /// Seconds from that error to the redone attempt's end (agreement, shrink, redo).
+    pub recover_s: f64,
+    /// Seconds since the Unix epoch at the redone attempt's end.
+    pub unix_s: f64,
+}
+
 /// A resume with `--allow-policy-change` continued the run with other policy plugins, other
 /// parameters or another `--epochs` (written when the resumed run opens its metrics).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -166,6 +193,9 @@ pub enum Record {
     Eval(EvalRecord),
     /// A restart by `lsgd-host launch`.
     Restart(RestartRecord),
+    /// A lost rank survived with `--fault-tolerance`.
+    #[serde(rename = "rank-lost")]
+    RankLost(RankLostRecord),
     /// A resume that changed the policies (`--allow-policy-change`).
     #[serde(rename = "policy-change")]
     PolicyChange(PolicyChangeRecord),
@@ -247,6 +277,15 @@ impl Record {
                 v.extend(r.signal.map(|x| ("restart/signal", f64::from(x))));
                 (r.resumed_step, v)
             }
+            Record::RankLost(r) => (
+                r.step + 1,
+                vec![
+                    ("rank_lost/lost_ranks", r.lost_ranks.len() as f64),
+                    ("rank_lost/world_size_after", f64::from(r.world_size_after)),
+                    ("rank_lost/detect_s", r.detect_s),
+                    ("rank_lost/recover_s", r.recover_s),
+                ],
+            ),
             Record::PolicyChange(c) => {
                 // A marker at the step, whatever changed: a chart of it shows where.
                 let mut v = vec![
@@ -267,6 +306,7 @@ impl Record {
     fn wall_time(&self) -> f64 {
         match self {
             Record::Restart(r) => r.unix_s,
+            Record::RankLost(r) => r.unix_s,
             _ => tensorboard::unix_s(),
         }
     }
@@ -277,6 +317,7 @@ impl Record {
             Record::Eval(e) => e.step,
             Record::Restart(r) => r.resumed_step,
             Record::PolicyChange(c) => c.step,
+            Record::RankLost(r) => r.step + 1,
         }
     }
 }
@@ -476,7 +517,7 @@ impl MetricsWriter {
                     .as_bytes(),
                 )?,
                 // The CSV files hold the training only.
-                Record::Restart(_) | Record::PolicyChange(_) => {}
+                Record::Restart(_) | Record::PolicyChange(_) | Record::RankLost(_) => {}
             }
         }
         Ok(())

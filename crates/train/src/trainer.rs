@@ -39,6 +39,7 @@ mod identity;
 mod resume;
 mod start;
 mod stop;
+mod survive;
 
 pub use start::Start;
 
@@ -134,6 +135,8 @@ pub struct Trainer<'w> {
     /// The newest checkpoint of this run (written, or resumed from) and its step: what a
     /// divergence points to.
     last_checkpoint: Option<(PathBuf, u64)>,
+    /// What `--fault-tolerance` keeps between the attempts of a step.
+    survival: survive::Survival,
 }
 
 impl Trainer<'_> {
@@ -153,8 +156,20 @@ impl Trainer<'_> {
     }
 
     /// One synchronous step: every phase in order. A step whose fp16 gradients overflowed
-    /// stops after the agreement: no exchange and no update, the scale halved.
+    /// stops after the agreement: no exchange and no update, the scale halved. With
+    /// `--fault-tolerance` the ranks first agree that nothing before the update lost a rank
+    /// (trainer/survive.rs).
     pub fn step(&mut self) -> Result<()> {
+        if self.world.is_tolerant() {
+            return self.step_surviving();
+        }
+        let attempt = self.attempt()?;
+        self.commit(attempt)
+    }
+
+    /// Phases 1 to 5a: everything a step does before it changes the weights, the optimizer's
+    /// state and the loss scale.
+    fn attempt(&mut self) -> Result<Stepped> {
         let started = Instant::now();
         let decision = self.decide()?;
         let policy_s = started.elapsed().as_secs_f64();
@@ -167,17 +182,14 @@ impl Trainer<'_> {
         let (loss, skipped, traffic) = self.agree(&loss_sum, overflow, batch.global)?;
         let (mut exchanged, mut scales) = (Exchanged::default(), Vec::new());
         if !skipped {
+            self.lose_on_purpose(decision.state.step);
             exchanged = self.exchange(decision.state.step)?;
             let t = Instant::now();
             scales = self.layer_rates(&decision)?;
-            self.update(&decision, &scales);
             compute_s += t.elapsed().as_secs_f64();
         }
         exchanged.traffic += traffic;
-        if let Some(scaler) = &mut self.scaler {
-            scaler.update(skipped);
-        }
-        self.observe(Stepped {
+        Ok(Stepped {
             decision,
             scales,
             batch,
@@ -190,6 +202,20 @@ impl Trainer<'_> {
             policy_s,
             compute_s,
         })
+    }
+
+    /// Phases 5b and 6: the update (none for a skipped step), the loss scale's, then what is
+    /// observed of the step.
+    fn commit(&mut self, mut s: Stepped) -> Result<()> {
+        if !s.skipped {
+            let t = Instant::now();
+            self.update(&s.decision, &s.scales);
+            s.compute_s += t.elapsed().as_secs_f64();
+        }
+        if let Some(scaler) = &mut self.scaler {
+            scaler.update(s.skipped);
+        }
+        self.observe(s)
     }
 
     /// `--slow-rank`: that rank sleeps before computing its gradient.
@@ -329,6 +355,9 @@ impl Trainer<'_> {
         let has_codec = codec.is_some();
         let weights: Vec<&Tensor> = self.opt.params().iter().map(|p| &p.tensor).collect();
         let result = self.gradients.exchange(self.world, codec, &weights, step);
+        if result.is_ok() {
+            self.survival.exchanged(step);
+        }
         match result {
             Err(fault) if has_codec => Err(self.stop(fault)),
             other => other,
@@ -448,11 +477,13 @@ impl Trainer<'_> {
         // Asynchronous workers hold other weights than the server by design.
         let sync = self.config.run.mode == Mode::Sync;
         if sync && every > 0 && step.is_multiple_of(every) {
-            self.consistency(&s.decision, &s.scales)?;
+            self.surviving("consistency check", |t| {
+                t.consistency(&s.decision, &s.scales)
+            })?;
         }
         if ckpt > 0 && step.is_multiple_of(ckpt) && !self.clock.finished() {
             self.metrics.flush()?;
-            self.save("periodic")?;
+            self.surviving("checkpoint", |t| t.save("periodic"))?;
         }
         self.last_decision = Some((s.decision, s.scales));
         Ok(())

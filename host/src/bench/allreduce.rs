@@ -117,7 +117,7 @@ pub fn run(world: &mut World, setup: &Setup) -> Result<Vec<Row>> {
         for it in 0..setup.warmup + iters {
             for (a, &algo) in setup.algos.iter().enumerate() {
                 buf.copy_from_slice(&source);
-                world.barrier();
+                world.barrier()?;
                 let start = Instant::now();
                 let traffic = world.all_reduce_sum(algo, &mut buf)?;
                 let elapsed = start.elapsed().as_secs_f64();

@@ -112,6 +112,7 @@ impl TimedJob<'_> {
                 allreduce: Algorithm::Mpi,
                 consistency_every: 100,
                 slow: None,
+                tolerance: None,
                 keep_checkpoints: 1,
                 overwrite: true,
                 loader_threads: self.loader_threads,

@@ -7,13 +7,14 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use super::args::{LimitArgs, PolicyArgs};
+use crate::collective::survive::Loss;
 use crate::collective::{Algorithm, World, parse_shape};
 use crate::model::{Arch, ModelSpec, ScriptFile, Shortcut};
 use crate::optim::{AdamWConfig, OptimizerKind, SgdConfig, SgdForm};
 use crate::policy::OnFault;
 use crate::precision::{MixedPrecision, Precision};
 use crate::train::augment::Augment;
-use crate::train::config::{Mode, Slowdown};
+use crate::train::config::{LoseRank, Mode, Slowdown, Tolerance};
 use crate::train::data::DatasetKind;
 use crate::train::exchange::ErrorFeedback;
 use crate::train::trainer::Start;
@@ -245,6 +246,27 @@ pub struct RunArgs {
     /// newest checkpoint (exit status 75), instead of hanging; `0` or `off`: wait forever.
     #[arg(long, default_value = "60", value_name = "S", value_parser = parse_timeout)]
     pub(crate) collective_timeout: Duration,
+    /// A lost rank costs the step in flight, not the run: the survivors agree on the loss,
+    /// shrink the world (a majority of it goes on; the rest stops) and redo the step with the
+    /// same global batch, as a resume on fewer ranks would. Needs MPI's ULFM (Open MPI 5 under
+    /// `mpirun --with-ft ulfm`; `lsgd-host launch` sets it up); --collective-timeout becomes
+    /// the time after which a silent rank counts as lost. docs/cluster.md has the details.
+    #[arg(long)]
+    fault_tolerance: bool,
+    /// With --fault-tolerance: the fewest ranks the world may shrink to; below it the survivors
+    /// stop with a checkpoint of the state before the step (launch then restarts the job).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        requires = "fault_tolerance"
+    )]
+    min_np: usize,
+    /// With --fault-tolerance: rank R (of the starting world) kills itself, or with `:stop`
+    /// stops itself (SIGSTOP), before step STEP's exchange; for tests and the
+    /// fault-tolerance study.
+    #[arg(long, value_name = "R@STEP[:stop]", value_parser = parse_lose_rank, requires = "fault_tolerance")]
+    lose_rank: Option<LoseRank>,
     /// Rows × columns of the torus2d all-reduce, e.g. 4x8 (default: near-square).
     #[arg(long, value_name = "XxY", value_parser = parse_shape)]
     torus_shape: Option<(usize, usize)>,
@@ -276,6 +298,10 @@ impl RunArgs {
                     .slow_rank
                     .zip(self.slow_ms)
                     .map(|(rank, ms)| Slowdown { rank, ms }),
+                tolerance: self.fault_tolerance.then_some(Tolerance {
+                    min_np: self.min_np,
+                    lose: self.lose_rank,
+                }),
                 keep_checkpoints: self.keep_checkpoints,
                 overwrite: self.overwrite,
                 loader_threads: self.loader_threads,
@@ -388,7 +414,11 @@ const EXIT_LINGER: std::time::Duration = std::time::Duration::from_secs(10);
 /// at all.
 pub fn run(args: RunArgs) -> Result<()> {
     let config = args.train_config()?;
-    let mut world = World::init()?;
+    let mut world = if args.fault_tolerance {
+        World::init_tolerant(args.collective_timeout)?
+    } else {
+        World::init()?
+    };
     match train(&args, &config, &mut world) {
         Err(e) if world.size() > 1 => {
             super::print_error(&e);
@@ -401,7 +431,10 @@ pub fn run(args: RunArgs) -> Result<()> {
 /// Trains in `world` and prints the summary (rank 0).
 fn train(args: &RunArgs, config: &TrainConfig, world: &mut World) -> Result<()> {
     world.set_torus_shape(args.torus_shape)?;
-    world.set_collective_timeout(args.collective_timeout);
+    // With fault tolerance the failure detector answers a silent rank; the watchdog stays as a
+    // backstop for a recovery that itself hangs.
+    let backstop = if world.is_tolerant() { 3 } else { 1 };
+    world.set_collective_timeout(args.collective_timeout * backstop);
     let runtime = args.limits.runtime()?;
     let mut policies = args.policies.load(&runtime, args.limits.bounds())?;
     policies.set_on_fault(args.on_fault()?);
@@ -516,6 +549,23 @@ pub fn config_args(path: &std::path::Path) -> Result<Vec<String>> {
         }
     }
     Ok(out)
+}
+
+/// `R@STEP`, `R@STEP:kill` or `R@STEP:stop`.
+fn parse_lose_rank(s: &str) -> Result<LoseRank, String> {
+    let bad = || format!("{s:?} is not R@STEP[:kill|:stop] (e.g. 2@10:stop)");
+    let (at, how) = match s.split_once(':') {
+        Some((at, "kill")) => (at, Loss::Kill),
+        Some((at, "stop")) => (at, Loss::Stop),
+        Some(_) => return Err(bad()),
+        None => (s, Loss::Kill),
+    };
+    let (rank, step) = at.split_once('@').ok_or_else(bad)?;
+    Ok(LoseRank {
+        rank: rank.trim().parse().map_err(|_| bad())?,
+        step: step.trim().parse().map_err(|_| bad())?,
+        how,
+    })
 }
 
 /// Parses `--collective-timeout`: seconds (`10`, `2.5`), or `0`/`off` for none.

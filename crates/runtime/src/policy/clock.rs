@@ -161,6 +161,12 @@ impl Clock {
         }
     }
 
+    /// The run goes on with `world_size` ranks (`--fault-tolerance` shrank the world): every
+    /// state from the next on says so, as a resume on that many ranks would.
+    pub fn set_world_size(&mut self, world_size: u32) {
+        self.shape.world_size = world_size;
+    }
+
     /// Records an evaluation result.
     pub fn set_metric(&mut self, metric: f64) {
         self.last_metric = Some(metric);

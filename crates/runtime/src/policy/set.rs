@@ -315,6 +315,17 @@ impl PolicySet {
         Ok(out)
     }
 
+    /// Puts every stateful plugin back into its state at the start of `step`, which it was
+    /// called in: a step redone after a lost rank (`--fault-tolerance`) decides again from there.
+    pub fn rewind(&mut self, step: u64) -> Result<(), PluginError> {
+        for (_, p) in self.plugins_mut() {
+            if let Some(bytes) = p.state_at(step)? {
+                p.restore(step, bytes)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Answers `kind` with `twin` instead of its plugin from now on (the plugin stays, for its
     /// identity). For benchmarks: the twin must compute the plugin's formula.
     pub fn use_native(&mut self, kind: PolicyKind, twin: NativeFn) {

@@ -19,7 +19,7 @@ impl Trainer<'_> {
         self.metrics.flush()?;
         if self.world.size() > 1 && self.config.run.mode == Mode::Sync {
             if let Some((d, scales)) = self.last_decision.take() {
-                self.consistency(&d, &scales)?;
+                self.surviving("consistency check", |t| t.consistency(&d, &scales))?;
             }
             self.progress.line(&format!(
                 "consistency: weights and policy outputs bit-identical on all {} ranks at step {}",
@@ -32,7 +32,7 @@ impl Trainer<'_> {
         } else {
             "stopped"
         };
-        let checkpoint = self.save(reason)?;
+        let checkpoint = self.surviving("checkpoint", |t| t.save(reason))?;
         if let (true, Some(path)) = (self.world.is_root(), &self.config.invocation.save_model) {
             crate::model::save_model(&self.vs, &self.model, path)?;
             self.progress

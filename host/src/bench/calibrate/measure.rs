@@ -96,9 +96,9 @@ fn measure_link(world: &World, setup: &Setup, ranks: [usize; 2], hosts: &[String
     let mut points = Vec::with_capacity(setup.sizes.len());
     for &bytes in &setup.sizes {
         let reps = setup.reps.unwrap_or_else(|| default_reps(bytes)).max(1);
-        world.barrier();
+        world.barrier()?;
         let round_trips = world.ping_pong(pair, bytes, setup.warmup, reps)?;
-        world.barrier();
+        world.barrier()?;
         let exchanges = world.exchange_both_ways(pair, bytes, setup.warmup, reps)?;
         points.push(Point {
             bytes,
@@ -164,7 +164,7 @@ pub fn run(world: &World, setup: &Setup) -> Result<Calibration> {
             (alpha, beta)
         }
     };
-    world.barrier();
+    world.barrier()?;
     let floats = (setup.gamma_bytes / size_of::<f32>()).max(1);
     let add_reps = 7;
     let mut add = vec![0.0; add_reps];

@@ -1,0 +1,261 @@
+//! A step with `--fault-tolerance`: a lost rank costs the step in flight, not the run.
+//!
+//! The world's collectives report a lost rank instead of ending the job
+//! ([`World::init_tolerant`](lsgd_collective::World::init_tolerant)). Before the update the
+//! ranks agree ([`World::agree`](lsgd_collective::World::agree), ULFM's agreement: the same
+//! answer on every survivor) that no collective of the step failed on any of them. When one
+//! did, every survivor puts back what the step changed so far (the stateful plugins' state,
+//! the codec residuals and codec state, BatchNorm's running statistics; nothing was updated
+//! yet), the world shrinks to the survivors (only a majority goes on), and the step is redone:
+//! the policies decide again for the smaller world, and the same global batch is sharded over
+//! fewer ranks, as a resume on fewer ranks would. The checks and checkpoints after a step are
+//! agreed and redone the same way ([`Trainer::surviving`]).
+
+use std::time::{Duration, Instant};
+
+use lsgd_collective::Shrunk;
+use tch::Tensor;
+
+use super::identity::identity;
+use super::{Metrics, Trainer};
+use crate::metrics::{self, MetricsWriter, RankLostRecord, Record};
+use crate::model::Model;
+use crate::progress::Progress;
+use crate::{Error, Result};
+
+/// What fault tolerance keeps across the attempts of a step.
+pub(super) struct Survival {
+    /// This rank in the world the run started with (what `--lose-rank` names).
+    first_rank: usize,
+    /// The step whose exchange committed codec state on this rank in the current attempt.
+    exchanged: Option<u64>,
+    /// `--quiet`, for the progress of a rank that takes over from a lost rank 0.
+    quiet: bool,
+    /// Losses survived whose record waits for the end of the work redone after them.
+    pending: Vec<Pending>,
+}
+
+struct Pending {
+    shrunk: Shrunk,
+    during: &'static str,
+    step: u64,
+    /// The failed attempt's start and the first error this rank saw in it.
+    began: Instant,
+    first_error: Instant,
+}
+
+impl Survival {
+    /// Nothing survived yet, on `first_rank` of the starting world.
+    pub(super) fn new(first_rank: usize, quiet: bool) -> Survival {
+        Survival {
+            first_rank,
+            exchanged: None,
+            quiet,
+            pending: Vec::new(),
+        }
+    }
+
+    /// The exchange of `step` committed codec state: a redo must roll it back.
+    pub(super) fn exchanged(&mut self, step: u64) {
+        self.exchanged = Some(step);
+    }
+}
+
+/// The model's buffers (BatchNorm's running statistics) as they were before an attempt.
+enum Buffers {
+    /// A TorchScript module's, in its own order.
+    Script(Vec<Tensor>),
+    /// The built-in models': each non-trainable variable and its copy.
+    Vars(Vec<(Tensor, Tensor)>),
+}
+
+impl Trainer<'_> {
+    /// [`Trainer::step`] with fault tolerance: attempts until the ranks agree that nothing
+    /// before the update failed, shrinking the world after each loss.
+    pub(super) fn step_surviving(&mut self) -> Result<()> {
+        loop {
+            let step = self.clock.step();
+            let buffers = self.save_buffers();
+            let began = Instant::now();
+            self.survival.exchanged = None;
+            let attempt = self.attempt();
+            if let Err(e) = &attempt
+                && !e.is_rank_lost()
+            {
+                return attempt.map(drop);
+            }
+            if self.world.agree(attempt.is_ok()) {
+                self.commit(attempt?)?;
+                return self.record_losses();
+            }
+            self.policies.rewind(step).map_err(Error::from)?;
+            if self.survival.exchanged.take() == Some(step) {
+                self.gradients.rollback();
+            }
+            restore_buffers(&self.model, buffers);
+            self.shrink_world("step", step, began)?;
+        }
+    }
+
+    /// Runs `f` (collectives after a step's update: the consistency check, a checkpoint) until
+    /// the ranks agree that it succeeded everywhere, shrinking the world after each loss; without
+    /// fault tolerance, once.
+    pub(super) fn surviving<T>(
+        &mut self,
+        during: &'static str,
+        mut f: impl FnMut(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        if !self.world.is_tolerant() {
+            return f(self);
+        }
+        loop {
+            let began = Instant::now();
+            let done = f(self);
+            if matches!(&done, Err(e) if !e.is_rank_lost()) {
+                return done;
+            }
+            if self.world.agree(done.is_ok()) {
+                self.record_losses()?;
+                return done;
+            }
+            let step = self.clock.step().saturating_sub(1);
+            self.shrink_world(during, step, began)?;
+        }
+    }
+
+    /// `--lose-rank`: this rank goes now if it is the one named for `step`.
+    pub(super) fn lose_on_purpose(&self, step: u64) {
+        let lose = self.config.invocation.tolerance.and_then(|t| t.lose);
+        if let Some(l) = lose
+            && l.rank == self.survival.first_rank
+            && l.step == step
+        {
+            l.how.inflict();
+        }
+    }
+
+    /// The survivors' world after a failed `during` of `step`: shrunk, the clock told, rank 0's
+    /// duties taken over if it was lost; below `--min-np` the survivors stop with a checkpoint.
+    fn shrink_world(&mut self, during: &'static str, step: u64, began: Instant) -> Result<()> {
+        let shrunk = self.world.shrink()?;
+        let first_error = Instant::now()
+            .checked_sub(shrunk.since_failure)
+            .unwrap_or(began)
+            .max(began);
+        self.clock.set_world_size(self.world.size() as u32);
+        self.take_over_metrics()?;
+        let lost: Vec<usize> = shrunk.lost.iter().map(|l| l.rank).collect();
+        let hosts: Vec<&str> = shrunk.lost.iter().map(|l| l.host.as_str()).collect();
+        self.progress.line(&format!(
+            "lost rank(s) {lost:?} on {} during the {during} of step {step}: {} of {} ranks go on",
+            hosts.join(", "),
+            self.world.size(),
+            shrunk.before
+        ));
+        if let Some(note) = &shrunk.note {
+            self.progress.line(note);
+        }
+        let min_np = self.config.invocation.tolerance.map_or(1, |t| t.min_np);
+        if self.world.size() < min_np {
+            self.metrics.flush()?;
+            let checkpoint = self.save("rank-lost")?;
+            return Err(Error::TooFewRanks {
+                lost,
+                step,
+                left: self.world.size(),
+                min_np,
+                checkpoint,
+            });
+        }
+        self.survival.pending.push(Pending {
+            shrunk,
+            during,
+            step,
+            began,
+            first_error,
+        });
+        Ok(())
+    }
+
+    /// After rank 0 was lost, the new rank 0 writes the metrics (after the records its
+    /// predecessor had flushed) and shows the progress.
+    fn take_over_metrics(&mut self) -> Result<()> {
+        if !self.world.is_root() || self.metrics.0.is_some() {
+            return Ok(());
+        }
+        let inv = &self.config.invocation;
+        let from = metrics::Resumed {
+            step: self.clock.step(),
+            plugins: identity(&self.plugins),
+            epochs: self.config.run.epochs,
+        };
+        self.metrics = Metrics(Some(MetricsWriter::open(&inv.out, inv.csv, Some(&from))?));
+        let total = self.clock.state().total_steps;
+        self.progress = Progress::new(total, self.survival.quiet);
+        Ok(())
+    }
+
+    /// Writes the record of each loss survived since the last agreed success (rank 0).
+    fn record_losses(&mut self) -> Result<()> {
+        if self.survival.pending.is_empty() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        for p in std::mem::take(&mut self.survival.pending) {
+            let seconds = |d: Duration| d.as_secs_f64();
+            let record = RankLostRecord {
+                step: p.step,
+                during: p.during.to_string(),
+                lost_ranks: p.shrunk.lost.iter().map(|l| l.rank as u32).collect(),
+                hosts: p.shrunk.lost.iter().map(|l| l.host.clone()).collect(),
+                killed: (p.shrunk.lost.iter())
+                    .filter(|l| l.fenced)
+                    .map(|l| l.rank as u32)
+                    .collect(),
+                world_size_before: p.shrunk.before as u32,
+                world_size_after: (p.shrunk.before - p.shrunk.lost.len()) as u32,
+                detect_s: seconds(p.first_error - p.began),
+                recover_s: seconds(now - p.first_error),
+                unix_s: crate::tensorboard::unix_s(),
+            };
+            self.progress.line(&format!(
+                "{} of step {} redone on {} rank(s): {:.2} s from the first error to its end",
+                p.during, p.step, record.world_size_after, record.recover_s
+            ));
+            self.metrics.write(&Record::RankLost(record))?;
+        }
+        self.metrics.flush()
+    }
+
+    /// Copies of the model's buffers, to put back when an attempt is redone.
+    fn save_buffers(&self) -> Buffers {
+        let _guard = tch::no_grad_guard();
+        match &self.model {
+            Model::Script(script) => Buffers::Script(script.save_buffers()),
+            _ => Buffers::Vars(
+                self.vs
+                    .variables()
+                    .into_values()
+                    .filter(|t| !t.requires_grad())
+                    .map(|t| {
+                        let copy = t.copy();
+                        (t, copy)
+                    })
+                    .collect(),
+            ),
+        }
+    }
+}
+
+fn restore_buffers(model: &Model, saved: Buffers) {
+    let _guard = tch::no_grad_guard();
+    match (model, saved) {
+        (Model::Script(script), Buffers::Script(saved)) => script.restore_buffers(&saved),
+        (_, Buffers::Vars(pairs)) => {
+            for (live, copy) in pairs {
+                live.shallow_clone().copy_(&copy);
+            }
+        }
+        _ => {}
+    }
+}
