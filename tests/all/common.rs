@@ -140,6 +140,31 @@ pub fn mpirun_command() -> std::process::Command {
     cmd
 }
 
+/// Open MPI 5's `mpirun --with-ft ulfm` (from `$LSGD_OMPI5`, which scripts/setup.sh
+/// installs) with [`MPIRUN_FLAGS`]' effect, its libmpi first on every rank's library path, the
+/// built plugins and a private cache: how `run --fault-tolerance` is started. `None`, said
+/// once per test, when it is not installed.
+pub fn ulfm_mpirun() -> Option<std::process::Command> {
+    let prefix = std::path::PathBuf::from(std::env::var_os("LSGD_OMPI5")?);
+    let mpirun = prefix.join("bin/mpirun");
+    if !mpirun.is_file() {
+        eprintln!(
+            "skipped: no {} (Open MPI 5 with ULFM; scripts/setup.sh installs it)",
+            mpirun.display()
+        );
+        return None;
+    }
+    let mut cmd = std::process::Command::new(mpirun);
+    cmd.args(["--with-ft", "ulfm", "--oversubscribe", "--bind-to", "none"])
+        .args(["-x", "LD_LIBRARY_PATH"])
+        .env("LD_LIBRARY_PATH", prefix.join("lib"))
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
+        .env("LSGD_CACHE_DIR", scratch_cache());
+    Some(cmd)
+}
+
 /// Runs `apps` (each `-np N program args…`) under [`mpirun_command`] to the end.
 pub fn mpirun(apps: &[Vec<String>]) -> std::process::Output {
     let mut cmd = mpirun_command();

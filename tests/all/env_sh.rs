@@ -21,6 +21,7 @@ fn sourced(body: &str, target: Option<&str>) -> String {
         "CARGO_TARGET_DIR",
         "LSGD_CACHE_DIR",
         "LSGD_VENV",
+        "LSGD_OMPI5",
         "LIBTORCH",
         "XDG_CACHE_HOME",
     ] {
@@ -38,15 +39,15 @@ fn sourced(body: &str, target: Option<&str>) -> String {
 fn a_second_source_under_another_cache_root_derives_the_paths_again() {
     let body = r#"source "$env_sh"; echo "$CARGO_TARGET_DIR";
         export LSGD_CACHE_ROOT=/cold; source "$env_sh";
-        echo "$CARGO_TARGET_DIR $LSGD_CACHE_DIR $LSGD_VENV ${LIBTORCH%%/lib/*}""#;
+        echo "$CARGO_TARGET_DIR $LSGD_CACHE_DIR $LSGD_VENV ${LIBTORCH%%/lib/*} $LSGD_OMPI5""#;
     assert_eq!(
         sourced(body, None),
         "/nonexistent-home/.cache/lsgd-host/target\n\
-         /cold/target /cold/components /cold/venv /cold/venv"
+         /cold/target /cold/components /cold/venv /cold/venv /cold/openmpi5"
     );
     // A target directory chosen by hand is the caller's, whatever the root.
     assert_eq!(
         sourced(body, Some("/mine")),
-        "/mine\n/mine /cold/components /cold/venv /cold/venv"
+        "/mine\n/mine /cold/components /cold/venv /cold/venv /cold/openmpi5"
     );
 }

@@ -40,6 +40,7 @@ mod shared_build;
 mod soak;
 mod studies;
 mod tensorboard;
+mod tolerance;
 mod torchscript;
 mod train;
 mod waits;

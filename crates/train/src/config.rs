@@ -131,21 +131,21 @@ pub struct Slowdown {
 
 /// `--fault-tolerance`: a lost rank costs the step in flight, not the run; the survivors
 /// shrink the world and redo the step on the same global batch (trainer/survive.rs).
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Tolerance {
     /// `--min-np`: the fewest ranks the world may shrink to; below it the survivors stop with
     /// a checkpoint of the state before the step, for `lsgd-host launch` to restart from.
     pub min_np: usize,
-    /// `--lose-rank R@STEP[:stop]`: a rank lost on purpose before that step's exchange (tests
-    /// and the fault-tolerance study).
+    /// `--lose-rank R[,R…]@STEP[:stop]`: ranks lost on purpose before that step's exchange
+    /// (tests and the fault-tolerance study).
     pub lose: Option<LoseRank>,
 }
 
-/// A rank lost on purpose (`--lose-rank`), numbered in the world the run started with.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+/// Ranks lost on purpose (`--lose-rank`), numbered in the world the run started with.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct LoseRank {
-    /// The rank.
-    pub rank: usize,
+    /// The ranks.
+    pub ranks: Vec<usize>,
     /// The step before whose exchange it goes.
     pub step: u64,
     /// Killed, or stopped (only the failure detector finds it).

@@ -514,6 +514,10 @@ impl Trainer<'_> {
             worker: s.applied.map(|(w, _)| w),
             staleness: s.applied.map(|(_, st)| st),
         }))?;
+        if self.world.is_tolerant() {
+            // Rank 0 may be lost: whoever takes over goes on after what reached the disk.
+            self.metrics.flush()?;
+        }
         let after = self.clock.state();
         self.progress.step(
             self.clock.step(),

@@ -262,10 +262,10 @@ pub struct RunArgs {
         requires = "fault_tolerance"
     )]
     min_np: usize,
-    /// With --fault-tolerance: rank R (of the starting world) kills itself, or with `:stop`
-    /// stops itself (SIGSTOP), before step STEP's exchange; for tests and the
+    /// With --fault-tolerance: rank R (of the starting world; or several, `R,R…`) kills itself,
+    /// or with `:stop` stops itself (SIGSTOP), before step STEP's exchange; for tests and the
     /// fault-tolerance study.
-    #[arg(long, value_name = "R@STEP[:stop]", value_parser = parse_lose_rank, requires = "fault_tolerance")]
+    #[arg(long, value_name = "R[,R…]@STEP[:stop]", value_parser = parse_lose_rank, requires = "fault_tolerance")]
     lose_rank: Option<LoseRank>,
     /// Rows × columns of the torus2d all-reduce, e.g. 4x8 (default: near-square).
     #[arg(long, value_name = "XxY", value_parser = parse_shape)]
@@ -300,7 +300,7 @@ impl RunArgs {
                     .map(|(rank, ms)| Slowdown { rank, ms }),
                 tolerance: self.fault_tolerance.then_some(Tolerance {
                     min_np: self.min_np,
-                    lose: self.lose_rank,
+                    lose: self.lose_rank.clone(),
                 }),
                 keep_checkpoints: self.keep_checkpoints,
                 overwrite: self.overwrite,
@@ -551,18 +551,20 @@ pub fn config_args(path: &std::path::Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// `R@STEP`, `R@STEP:kill` or `R@STEP:stop`.
+/// `R@STEP`, `R,R@STEP`, with `:kill` (the default) or `:stop`.
 fn parse_lose_rank(s: &str) -> Result<LoseRank, String> {
-    let bad = || format!("{s:?} is not R@STEP[:kill|:stop] (e.g. 2@10:stop)");
+    let bad = || format!("{s:?} is not R[,R…]@STEP[:kill|:stop] (e.g. 2@10:stop)");
     let (at, how) = match s.split_once(':') {
         Some((at, "kill")) => (at, Loss::Kill),
         Some((at, "stop")) => (at, Loss::Stop),
         Some(_) => return Err(bad()),
         None => (s, Loss::Kill),
     };
-    let (rank, step) = at.split_once('@').ok_or_else(bad)?;
+    let (ranks, step) = at.split_once('@').ok_or_else(bad)?;
     Ok(LoseRank {
-        rank: rank.trim().parse().map_err(|_| bad())?,
+        ranks: (ranks.split(','))
+            .map(|r| r.trim().parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?,
         step: step.trim().parse().map_err(|_| bad())?,
         how,
     })
@@ -592,6 +594,24 @@ mod tests {
         assert_eq!(parse_timeout("off"), Ok(Duration::ZERO));
         for bad in ["-1", "ten", "", "inf", "NaN"] {
             assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lost_ranks_are_named_with_their_step_and_how() {
+        let lose = |ranks: Vec<usize>, step, how| LoseRank { ranks, step, how };
+        assert_eq!(parse_lose_rank("2@10"), Ok(lose(vec![2], 10, Loss::Kill)));
+        assert_eq!(
+            parse_lose_rank("0,1@3:stop"),
+            Ok(lose(vec![0, 1], 3, Loss::Stop))
+        );
+        assert_eq!(
+            parse_lose_rank("1@0:kill"),
+            Ok(lose(vec![1], 0, Loss::Kill))
+        );
+        for bad in ["2", "@3", "2@", "2@3:pause", "a@3", "2@-1", "2,@3"] {
+            let err = parse_lose_rank(bad).unwrap_err();
+            assert!(err.contains("R[,R…]@STEP"), "{bad}: {err}");
         }
     }
 }

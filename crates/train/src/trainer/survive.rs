@@ -125,9 +125,9 @@ impl Trainer<'_> {
 
     /// `--lose-rank`: this rank goes now if it is the one named for `step`.
     pub(super) fn lose_on_purpose(&self, step: u64) {
-        let lose = self.config.invocation.tolerance.and_then(|t| t.lose);
-        if let Some(l) = lose
-            && l.rank == self.survival.first_rank
+        let tolerance = self.config.invocation.tolerance.as_ref();
+        if let Some(l) = tolerance.and_then(|t| t.lose.as_ref())
+            && l.ranks.contains(&self.survival.first_rank)
             && l.step == step
         {
             l.how.inflict();
@@ -155,7 +155,7 @@ impl Trainer<'_> {
         if let Some(note) = &shrunk.note {
             self.progress.line(note);
         }
-        let min_np = self.config.invocation.tolerance.map_or(1, |t| t.min_np);
+        let min_np = (self.config.invocation.tolerance.as_ref()).map_or(1, |t| t.min_np);
         if self.world.size() < min_np {
             self.metrics.flush()?;
             let checkpoint = self.save("rank-lost")?;

@@ -62,6 +62,10 @@ pub(super) struct Job {
     pub(super) mode: Mode,
     /// `--collective-timeout` (zero: none).
     pub(super) collective_timeout: Duration,
+    /// `--fault-tolerance`: the job survives lost ranks itself, on Open MPI 5's ULFM.
+    pub(super) fault_tolerance: bool,
+    /// Whether the run's flags name `--min-np`.
+    pub(super) min_np_given: bool,
 }
 
 impl Job {
@@ -111,6 +115,8 @@ impl Job {
             collective_timeout: *m
                 .get_one::<Duration>("collective_timeout")
                 .context("run has --collective-timeout")?,
+            fault_tolerance: m.get_flag("fault_tolerance"),
+            min_np_given: m.value_source("min_np") == Some(clap::parser::ValueSource::CommandLine),
         })
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::LaunchArgs;
+use super::engine::Engine;
 use super::hostfile;
 use super::output::{Seen, pump};
 use crate::collective::watchdog;
@@ -32,7 +32,7 @@ pub(super) fn grace(timeout: Duration) -> Duration {
 /// Runs `mpirun -np N lsgd-host <run>` with our output streamed through; `hostfile_env`
 /// replaces the hostfile that reached mpirun through the environment.
 pub(super) fn attempt(
-    args: &LaunchArgs,
+    engine: &Engine,
     mpirun_args: &[String],
     hostfile_env: Option<&Path>,
     np: u32,
@@ -40,9 +40,11 @@ pub(super) fn attempt(
     grace: Duration,
 ) -> Result<Attempt> {
     let exe = std::env::current_exe().context("cannot locate the lsgd-host binary")?;
-    let mut command = Command::new(&args.mpirun);
+    let mut command = Command::new(&engine.mpirun);
     // Ranks × threads may exceed the cores; binding would pin ranks to too few of them.
     command
+        .args(&engine.args)
+        .envs(engine.env.iter().map(|(k, v)| (k, v)))
         .args(["--oversubscribe", "--bind-to", "none", "-np"])
         .arg(np.to_string())
         .args(mpirun_args)
@@ -60,7 +62,7 @@ pub(super) fn attempt(
     let mut child = command.spawn().with_context(|| {
         format!(
             "cannot run {} (Open MPI; `scripts/setup.sh` installs it)",
-            args.mpirun.display()
+            engine.mpirun.display()
         )
     })?;
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -75,7 +77,7 @@ pub(super) fn attempt(
             std::thread::spawn(move || pump(e, std::io::stderr(), s))
         }),
     ];
-    let wait_error = || format!("cannot wait for {}", args.mpirun.display());
+    let wait_error = || format!("cannot wait for {}", engine.mpirun.display());
     let mut killed = false;
     let status = loop {
         if let Some(s) = child.try_wait().with_context(wait_error)? {

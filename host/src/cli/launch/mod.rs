@@ -24,6 +24,7 @@
 
 mod argv;
 mod attempt;
+mod engine;
 mod hostfile;
 mod output;
 mod probe;
@@ -48,7 +49,8 @@ pub struct LaunchArgs {
     #[arg(long = "np", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     np: u32,
     /// Fewest ranks the job may go on with after losing some (default: -np, so any loss stops
-    /// it, as in Horovod).
+    /// it, as in Horovod; with `run --fault-tolerance`, 1, and passed on to the run, whose
+    /// survivors go on without a restart while a majority of the ranks is left).
     #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..))]
     min_np: Option<u32>,
     /// Restarts after lost ranks before giving up.
@@ -58,9 +60,10 @@ pub struct LaunchArgs {
     /// `--mpirun-arg=--mca --mpirun-arg=btl --mpirun-arg=self,vader`).
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     mpirun_arg: Vec<String>,
-    /// The mpirun to run.
-    #[arg(long, default_value = "mpirun", value_name = "PATH")]
-    mpirun: PathBuf,
+    /// The mpirun to run (default: `mpirun`; for `run --fault-tolerance`, Open MPI 5's, from
+    /// `$LSGD_OMPI5`, which `scripts/setup.sh` installs).
+    #[arg(long, value_name = "PATH")]
+    mpirun: Option<PathBuf>,
     /// `run` and its flags, after `--`.
     #[arg(
         trailing_var_arg = true,
@@ -75,12 +78,17 @@ pub struct LaunchArgs {
 /// left or `--max-restarts` is spent.
 pub fn run(args: LaunchArgs) -> Result<bool> {
     let job = Job::parse(&args.command)?;
-    let min_np = args.min_np.unwrap_or(args.np);
+    let engine = engine::Engine::for_job(args.mpirun.as_deref(), job.fault_tolerance)?;
+    let default_min = if job.fault_tolerance { 1 } else { args.np };
+    let min_np = args.min_np.unwrap_or(default_min);
     if min_np > args.np {
         bail!("--min-np {min_np} is above -np {}", args.np);
     }
     let started = Instant::now();
     let mut run = job.run.clone();
+    if job.fault_tolerance && !job.min_np_given {
+        run.extend(["--min-np".into(), min_np.to_string().into()]);
+    }
     let mut np = args.np;
     let mut restarts = 0;
     let env = std::env::var(hostfile::DEFAULT_HOSTFILE_VAR).ok();
@@ -88,7 +96,7 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
     let grace = grace(job.collective_timeout);
     loop {
         let a = attempt(
-            &args,
+            &engine,
             &hosts.mpirun_args,
             hosts.env_override.as_deref(),
             np,
@@ -110,7 +118,7 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
             }
             return Ok(true);
         }
-        let next = Restart::decide(&a, &args, &job, &mut hosts, np, min_np, restarts);
+        let next = Restart::decide(&a, &args, &engine, &job, &mut hosts, np, min_np, restarts);
         restarts += 1;
         let from = resume_from(&mut run, &job, next.step);
         next.record(&job, restarts, np, started)?;

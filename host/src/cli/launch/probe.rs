@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::engine::Engine;
 use super::hostfile::DEFAULT_HOSTFILE_VAR;
 
 /// How long a host has to run `true` under an mpirun from here: a daemon started and called
@@ -16,7 +17,7 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 /// The hosts of `hosts` on which `mpirun mpirun_args --host H -np 1 true` did not finish
 /// within `timeout` (all asked at once), in the order given.
 pub fn unreachable(
-    mpirun: &Path,
+    engine: &Engine,
     mpirun_args: &[String],
     hostfile_env: Option<&Path>,
     hosts: &[String],
@@ -25,8 +26,10 @@ pub fn unreachable(
     let mut probes: Vec<(&String, Option<std::process::Child>)> = hosts
         .iter()
         .map(|h| {
-            let mut c = Command::new(mpirun);
-            c.args(["--oversubscribe", "--bind-to", "none", "-np", "1"])
+            let mut c = Command::new(&engine.mpirun);
+            c.args(&engine.args)
+                .envs(engine.env.iter().map(|(k, v)| (k, v)))
+                .args(["--oversubscribe", "--bind-to", "none", "-np", "1"])
                 .args(mpirun_args)
                 .args(["--host", h, "true"])
                 .env("OMPI_ALLOW_RUN_AS_ROOT", "1")

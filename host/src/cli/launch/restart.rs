@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use super::LaunchArgs;
 use super::argv::Job;
 use super::attempt::Attempt;
+use super::engine::Engine;
 use super::output::{Loss, describe, lost};
 use super::{hostfile, probe};
 use crate::train::checkpoint;
@@ -37,6 +38,7 @@ impl Restart {
     pub(super) fn decide(
         a: &Attempt,
         args: &LaunchArgs,
+        engine: &Engine,
         job: &Job,
         hosts: &mut hostfile::Hosts,
         np: u32,
@@ -76,7 +78,7 @@ impl Restart {
             _ => 0,
         };
         let (unreachable, slots) =
-            drop_unreachable(args, hosts, &lost_hosts, &job.out, restarts + 1)
+            drop_unreachable(engine, hosts, &lost_hosts, &job.out, restarts + 1)
                 .unwrap_or_else(|e| fail(a.status, &format!("{e:#}")));
         if !unreachable.is_empty() {
             lost = format!("{lost} and unreachable host(s) {}", unreachable.join(", "));
@@ -150,7 +152,7 @@ fn resume_hint(out: &Path, step: Option<u64>) -> String {
 /// from here still reaches them, and drops those that do not from the hostfile
 /// (`OUT/hostfile.restart-N` again); the hosts dropped and their slots.
 fn drop_unreachable(
-    args: &LaunchArgs,
+    engine: &Engine,
     hosts: &mut hostfile::Hosts,
     lost: &[String],
     out: &Path,
@@ -161,13 +163,7 @@ fn drop_unreachable(
         return Ok((Vec::new(), 0));
     }
     let env = hosts.env_override.as_deref();
-    let gone = probe::unreachable(
-        &args.mpirun,
-        &hosts.mpirun_args,
-        env,
-        &all,
-        probe::PROBE_TIMEOUT,
-    );
+    let gone = probe::unreachable(engine, &hosts.mpirun_args, env, &all, probe::PROBE_TIMEOUT);
     if gone.is_empty() {
         return Ok((gone, 0));
     }

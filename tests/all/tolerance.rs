@@ -1,0 +1,306 @@
+//! `run --fault-tolerance` on one machine (Open MPI 5's ULFM): a rank killed or stopped mid-run
+//! costs the step in flight, not the run. The survivors' weights equal a resume on fewer ranks
+//! bit for bit; only a majority goes on; below `--min-np` the survivors stop with a checkpoint;
+//! `launch` runs such a job without a restart. The lab's losses (a dead host, a cut link) are in
+//! netlab.rs.
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lsgd_host::train::metrics::{self, RankLostRecord, Record};
+
+use crate::common::*;
+
+/// How long any of these jobs may take, losses and detection included.
+const BOUND: Duration = Duration::from_secs(90);
+
+/// Runs `args` under Open MPI 5 with `np` ranks; fails the test past [`BOUND`].
+fn ulfm(np: usize, args: &[String]) -> Option<Output> {
+    let mut cmd = ulfm_mpirun()?;
+    let logs = scratch(&format!("ft-logs-{}", LOGS.fetch_add(1, Ordering::SeqCst)));
+    let file = |name: &str| std::fs::File::create(logs.join(name)).unwrap();
+    cmd.args(["-np", &np.to_string(), env!("CARGO_BIN_EXE_lsgd-host")])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(file("stdout"))
+        .stderr(file("stderr"));
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    let status = wait_at_most(&mut child, BOUND);
+    let read = |name: &str| std::fs::read(logs.join(name)).unwrap();
+    let (stdout, stderr) = (read("stdout"), read("stderr"));
+    let Some(status) = status else {
+        panic!(
+            "{args:?} ran past {BOUND:?}\n{}\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        );
+    };
+    let took = started.elapsed().as_secs_f64();
+    eprintln!("{np} ranks, {took:.1} s: {}", args.join(" "));
+    Some(Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// Numbers the log directories of the jobs one test process runs.
+static LOGS: AtomicUsize = AtomicUsize::new(0);
+
+/// The rank-lost records of a run directory.
+fn losses(out: &Path) -> Vec<RankLostRecord> {
+    metrics::read(&out.join("metrics.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::RankLost(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The tiny mlp job: 384 samples at global batch 48 (8 steps an epoch, divisible by 4, 3 and
+/// 2 ranks), 2 epochs, a short failure detector.
+fn job(out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut base = vec!["--collective-timeout", "2", "--quiet"];
+    base.extend_from_slice(extra);
+    tiny_at(48, 2, out, &base)
+}
+
+#[test]
+fn the_collectives_survive_a_killed_and_a_stopped_rank() {
+    for (lose, how) in [("2", "kill"), ("1", "stop")] {
+        let args: Vec<String> = [
+            "selftest",
+            "survive",
+            "--lose",
+            lose,
+            "--at",
+            "2",
+            "--how",
+            how,
+            "--detector",
+            "2",
+        ]
+        .map(String::from)
+        .to_vec();
+        let Some(o) = ulfm(3, &args) else { return };
+        let text = stdout(&o);
+        assert!(o.status.success(), "{how}: {text}\n{}", stderr(&o));
+        assert_eq!(text.matches("sums exact").count(), 6, "{how}: {text}");
+        assert!(
+            text.contains(&format!(
+                "round 2: 2 of 3 ranks, 2 tries, sums exact  lost rank(s) [{lose}]"
+            )),
+            "{how}: {text}"
+        );
+    }
+}
+
+/// A 3-rank run that loses `lose` (`R@STEP[:stop]`) with `extra` flags ends with the weights
+/// of the same run stopped before that step and resumed on 2 ranks.
+fn equals_a_resume_on_fewer_ranks(name: &str, lose: &str, extra: &[&str]) {
+    let step = lose.split(['@', ':']).nth(1).unwrap();
+    let tolerant = scratch(&format!("ft-{name}"));
+    let mut flags = vec!["--fault-tolerance", "--lose-rank", lose];
+    flags.extend_from_slice(extra);
+    let Some(o) = ulfm(3, &job(&tolerant, &flags)) else {
+        return;
+    };
+    assert!(o.status.success(), "{name}: {}", stderr(&o));
+    let lost = losses(&tolerant);
+    assert_eq!(lost.len(), 1, "{name}: {lost:?}");
+    let rank: u32 = lose.split('@').next().unwrap().parse().unwrap();
+    assert_eq!(
+        (
+            lost[0].lost_ranks.clone(),
+            lost[0].world_size_after,
+            lost[0].step.to_string()
+        ),
+        (vec![rank], 2, step.to_string()),
+        "{name}"
+    );
+    assert!(restarts(&tolerant).is_empty());
+    assert_eq!(
+        steps(&tolerant).len(),
+        16,
+        "{name}: every step recorded once"
+    );
+
+    let resumed = scratch(&format!("ft-{name}-resumed"));
+    let stopped = mpirun(&[[
+        vec![
+            "-np".into(),
+            "3".into(),
+            env!("CARGO_BIN_EXE_lsgd-host").into(),
+        ],
+        job(&resumed, &[extra, &["--stop-after-steps", step]].concat()),
+    ]
+    .concat()]);
+    assert!(stopped.status.success(), "{name}: {}", stderr(&stopped));
+    let dir = resumed.display().to_string();
+    let again = mpirun(&[[
+        vec![
+            "-np".into(),
+            "2".into(),
+            env!("CARGO_BIN_EXE_lsgd-host").into(),
+        ],
+        job(&resumed, &[extra, &["--resume", &dir]].concat()),
+    ]
+    .concat()]);
+    assert!(again.status.success(), "{name}: {}", stderr(&again));
+    assert_eq!(
+        weights(&o),
+        weights(&again),
+        "{name}: not the resume's weights"
+    );
+}
+
+#[test]
+fn a_run_that_loses_a_rank_ends_with_the_weights_of_a_resume_on_fewer_ranks() {
+    equals_a_resume_on_fewer_ranks("mlp", "2@5", &[]);
+}
+
+#[test]
+fn losing_rank_zero_or_a_stopped_rank_under_a_codec_or_another_algorithm_changes_nothing_either() {
+    // Rank 0 writes the metrics and checkpoints: its successor takes over. (With BatchNorm its
+    // running statistics would be its successor's own, where a resume gives every rank rank 0's:
+    // docs/cluster.md.)
+    equals_a_resume_on_fewer_ranks("root", "0@3", &["--allreduce", "ring"]);
+    equals_a_resume_on_fewer_ranks(
+        "cnn",
+        "2@3",
+        &["--model", "cnn", "--allreduce", "hierarchical"],
+    );
+    equals_a_resume_on_fewer_ranks("stop-gather", "1@6:stop", &["--codec", "codec-top-k"]);
+    equals_a_resume_on_fewer_ranks(
+        "sum-torus",
+        "2@4",
+        &["--codec", "codec-int8", "--allreduce", "torus2d"],
+    );
+}
+
+#[test]
+fn a_majority_goes_on_and_half_the_ranks_without_rank_zero_stop_without_writing() {
+    let Some(_) = ulfm_mpirun() else { return };
+    let out = scratch("ft-half");
+    let o = ulfm(
+        4,
+        &job(&out, &["--fault-tolerance", "--lose-rank", "0,1@3"]),
+    )
+    .unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("cut off: 2 of the last agreed world's 4 ranks")
+            && err.contains("old rank 0 goes on"),
+        "{err}"
+    );
+    assert_eq!(
+        checkpoint_step(&out),
+        None,
+        "the cut-off half wrote a checkpoint"
+    );
+    assert!(losses(&out).is_empty());
+
+    let out = scratch("ft-half-with-root");
+    let o = ulfm(
+        4,
+        &job(&out, &["--fault-tolerance", "--lose-rank", "2,3@3"]),
+    )
+    .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(losses(&out)[0].lost_ranks, [2, 3]);
+}
+
+#[test]
+fn below_min_np_the_survivors_stop_with_a_checkpoint_that_resumes() {
+    let out = scratch("ft-min-np");
+    let Some(o) = ulfm(
+        3,
+        &job(
+            &out,
+            &["--fault-tolerance", "--min-np", "3", "--lose-rank", "2@4"],
+        ),
+    ) else {
+        return;
+    };
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("2 rank(s) left, fewer than --min-np 3"),
+        "{err}"
+    );
+    assert_eq!(
+        checkpoint_step(&out),
+        Some(4),
+        "the state before the lost step"
+    );
+    let dir = out.display().to_string();
+    let again = mpirun(&[[
+        vec![
+            "-np".into(),
+            "2".into(),
+            env!("CARGO_BIN_EXE_lsgd-host").into(),
+        ],
+        job(&out, &["--resume", &dir]),
+    ]
+    .concat()]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(steps(&out).len(), 16);
+}
+
+#[test]
+fn launch_runs_a_fault_tolerant_job_without_a_restart() {
+    let Some(_) = ulfm_mpirun() else { return };
+    let out = scratch("ft-launch");
+    let mut args = vec!["launch", "-np", "3", "--"];
+    let run = job(&out, &["--fault-tolerance", "--lose-rank", "2@3"]);
+    args.extend(run.iter().map(String::as_str));
+    let o = lsgd(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(restarts(&out).is_empty());
+    assert_eq!(losses(&out).len(), 1);
+}
+
+#[test]
+fn fault_tolerance_says_what_it_needs() {
+    // The machine's Open MPI 4.1 has no ULFM.
+    if !no_mpirun() {
+        let out = scratch("ft-no-ulfm");
+        let o = mpirun(&[[
+            vec![
+                "-np".into(),
+                "2".into(),
+                env!("CARGO_BIN_EXE_lsgd-host").into(),
+            ],
+            job(&out, &["--fault-tolerance"]),
+        ]
+        .concat()]);
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert!(
+            err.contains("--fault-tolerance: ") && err.contains("ULFM"),
+            "{err}"
+        );
+    }
+    let out = scratch("ft-async");
+    let o = lsgd(
+        &job(&out, &["--fault-tolerance", "--mode", "async"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--mode async"), "{}", stderr(&o));
+    let o = lsgd(
+        &job(&out, &["--min-np", "2"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert!(stderr(&o).contains("--fault-tolerance"), "{}", stderr(&o));
+}
