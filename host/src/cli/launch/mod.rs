@@ -118,7 +118,11 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
             }
             return Ok(true);
         }
-        let next = Restart::decide(&a, &args, &engine, &job, &mut hosts, np, min_np, restarts);
+        let bounds = restart::Bounds {
+            max_restarts: args.max_restarts,
+            min_np,
+        };
+        let next = Restart::decide(&a, bounds, &engine, &job, &mut hosts, np, restarts);
         restarts += 1;
         let from = resume_from(&mut run, &job, next.step);
         next.record(&job, restarts, np, started)?;

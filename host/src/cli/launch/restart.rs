@@ -8,7 +8,6 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 
-use super::LaunchArgs;
 use super::argv::Job;
 use super::attempt::Attempt;
 use super::engine::Engine;
@@ -31,20 +30,30 @@ pub(super) struct Restart {
     pub(super) dropped: Option<(PathBuf, u32)>,
 }
 
+/// How far the launcher goes: `--max-restarts` and `--min-np`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    pub(super) max_restarts: u32,
+    pub(super) min_np: u32,
+}
+
 impl Restart {
     /// The restart after attempt `a` on `np` ranks, or the launcher's exit with the reason
     /// there is none: no rank lost (the failure is the run's own), `--max-restarts` spent,
     /// fewer than `--min-np` left, or a global batch the ranks left cannot share.
     pub(super) fn decide(
         a: &Attempt,
-        args: &LaunchArgs,
+        bounds: Bounds,
         engine: &Engine,
         job: &Job,
         hosts: &mut hostfile::Hosts,
         np: u32,
-        min_np: u32,
         restarts: u32,
     ) -> Restart {
+        let Bounds {
+            max_restarts,
+            min_np,
+        } = bounds;
         let (losses, lost_hosts) = lost(&a.seen, np);
         if losses.is_empty() && lost_hosts.is_empty() {
             fail(
@@ -58,12 +67,12 @@ impl Restart {
         let mut lost = describe(&losses, &lost_hosts);
         let step = checkpoint_step(&job.out).unwrap_or_else(|e| fail(a.status, &format!("{e:#}")));
         let resume_hint = resume_hint(&job.out, step);
-        if restarts >= args.max_restarts {
+        if restarts >= max_restarts {
             fail(
                 a.status,
                 &format!(
                     "lost {lost} of {np} ranks, and --max-restarts {} is spent: giving up; {resume_hint}",
-                    args.max_restarts
+                    max_restarts
                 ),
             );
         }
