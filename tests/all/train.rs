@@ -64,6 +64,7 @@ pub(crate) fn config(
             consistency_every: 100,
             slow: None,
             tolerance: None,
+            lose: None,
             keep_checkpoints: 2,
             overwrite: false,
             loader_threads: 2,

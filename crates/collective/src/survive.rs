@@ -20,14 +20,27 @@ pub enum Loss {
 }
 
 impl Loss {
-    /// Ends or freezes this process now.
-    pub fn inflict(self) {
-        let signal = match self {
+    fn signal(self) -> i32 {
+        match self {
             Loss::Kill => libc::SIGKILL,
             Loss::Stop => libc::SIGSTOP,
-        };
+        }
+    }
+
+    /// Ends or freezes this process now.
+    pub fn inflict(self) {
         // SAFETY: a signal to this process, which is what is asked for.
-        unsafe { libc::raise(signal) };
+        unsafe { libc::raise(self.signal()) };
+    }
+
+    /// Ends or freezes `ranks` of a fault-tolerant `world` at once, this rank among them: the
+    /// others that run on this machine first, then this one, so that the survivors see them
+    /// go together (as the two sides of a cut link see each other go), not one after the other.
+    pub fn inflict_together(self, world: &World, ranks: &[usize]) {
+        for &r in ranks.iter().filter(|&&r| r != world.rank()) {
+            world.signal_local(r, self.signal());
+        }
+        self.inflict();
     }
 }
 

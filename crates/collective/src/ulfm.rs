@@ -345,11 +345,16 @@ pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
 /// was (a stopped or stuck rank the detector gave up on: without this, mpirun would wait for
 /// it at the end of the job). Returns whether it sent the signal.
 pub(crate) fn fence(pid: u32, ticks: u64) -> bool {
+    signal(pid, ticks, libc::SIGKILL)
+}
+
+/// Sends `sig` to `pid` if it is still the process that started at `ticks`.
+pub(crate) fn signal(pid: u32, ticks: u64, sig: i32) -> bool {
     if pid == 0 || start_ticks(pid) != Some(ticks) {
         return false;
     }
-    // SAFETY: kill(2) on a pid checked above to be the lost rank's own process.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) == 0 }
+    // SAFETY: kill(2) on a pid checked above to be the rank's own process.
+    unsafe { libc::kill(pid as libc::pid_t, sig) == 0 }
 }
 
 #[cfg(test)]

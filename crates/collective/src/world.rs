@@ -109,6 +109,14 @@ pub struct Shrunk {
     pub note: Option<String>,
 }
 
+/// Whether the survivors of a world of `before` ranks that lost `lost` may go on: more than
+/// half of it, or exactly half holding its rank 0. Each side of a partition decides alone, and
+/// at most one side can hold more than half, or half with rank 0.
+fn goes_on(before: usize, lost: &[usize]) -> bool {
+    let after = before - lost.len();
+    after * 2 > before || (after * 2 == before && !lost.contains(&0))
+}
+
 /// Ends this process now, without MPI: stdout and stderr flushed, nothing finalized.
 fn abandon(code: i32) -> ! {
     use std::io::Write as _;
@@ -254,8 +262,8 @@ impl World {
         let since_failure = ulfm::failed().map_or(Duration::ZERO, |(_, ago)| ago);
         let lost = ulfm::missing(old, new, m.size);
         let before = m.size;
-        let after = before - lost.len();
-        if after * 2 < before || (after * 2 == before && lost.contains(&0)) {
+        if !goes_on(before, &lost) {
+            let after = before - lost.len();
             return Err(Error::CutOff {
                 before,
                 after,
@@ -309,6 +317,18 @@ impl World {
             since_failure,
             note,
         })
+    }
+
+    /// Sends `signal` to rank `rank`'s process if it runs on this machine (a fault-tolerant
+    /// world knows every rank's pid); whether it was sent.
+    pub fn signal_local(&self, rank: usize, signal: i32) -> bool {
+        let Some(ranks) = self.mpi.as_deref().and_then(|m| m.tolerant.as_ref()) else {
+            return false;
+        };
+        let me = &ranks.hosts[self.rank()];
+        rank < ranks.hosts.len()
+            && ranks.hosts[rank] == *me
+            && ulfm::signal(ranks.pids[rank] as u32, ranks.ticks[rank], signal)
     }
 
     /// Err([`Error::RankLost`]) once a collective of a tolerant world has failed: its result
@@ -732,6 +752,25 @@ mod tests {
         w.all_reduce_max_f64(&mut t).unwrap();
         assert_eq!(t, [1.0, 2.0]);
         w.barrier().unwrap();
+    }
+
+    #[test]
+    fn only_a_majority_or_the_half_with_rank_zero_goes_on() {
+        assert!(goes_on(3, &[2]));
+        assert!(!goes_on(3, &[1, 2]));
+        assert!(!goes_on(3, &[0, 1]));
+        assert!(goes_on(4, &[2, 3]));
+        assert!(!goes_on(4, &[0, 3]));
+        assert!(goes_on(2, &[1]));
+        assert!(!goes_on(2, &[0]));
+        assert!(goes_on(5, &[0, 1]));
+        assert!(!goes_on(5, &[2, 3, 4]));
+        // The two sides of every cut of 4 ranks: never both.
+        for mask in 0u32..16 {
+            let side: Vec<usize> = (0..4).filter(|r| mask & (1 << r) != 0).collect();
+            let other: Vec<usize> = (0..4).filter(|r| mask & (1 << r) == 0).collect();
+            assert!(!(goes_on(4, &side) && goes_on(4, &other)), "{side:?}");
+        }
     }
 
     #[test]

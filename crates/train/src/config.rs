@@ -136,9 +136,6 @@ pub struct Tolerance {
     /// `--min-np`: the fewest ranks the world may shrink to; below it the survivors stop with
     /// a checkpoint of the state before the step, for `lsgd-host launch` to restart from.
     pub min_np: usize,
-    /// `--lose-rank R[,R…]@STEP[:stop]`: ranks lost on purpose before that step's exchange
-    /// (tests and the fault-tolerance study).
-    pub lose: Option<LoseRank>,
 }
 
 /// Ranks lost on purpose (`--lose-rank`), numbered in the world the run started with.
@@ -180,6 +177,10 @@ pub struct Invocation {
     /// `--fault-tolerance` (none in checkpoints written before it existed).
     #[serde(default)]
     pub tolerance: Option<Tolerance>,
+    /// `--lose-rank R[,R…]@STEP[:stop]`: ranks lost on purpose before that step's exchange
+    /// (tests and `scripts/bench-faults.sh`; none in checkpoints written before it existed).
+    #[serde(default)]
+    pub lose: Option<LoseRank>,
     /// Checkpoint generations kept in `out` (`--keep-checkpoints`, at least 1; 2 in
     /// checkpoints written before it existed).
     #[serde(default = "default_keep_checkpoints")]
@@ -458,6 +459,7 @@ mod tests {
                 consistency_every: 100,
                 slow: None,
                 tolerance: None,
+                lose: None,
                 keep_checkpoints: 2,
                 overwrite: false,
                 loader_threads: 2,
@@ -481,6 +483,7 @@ mod tests {
         old.as_object_mut().unwrap().remove("mode");
         old.as_object_mut().unwrap().remove("slow");
         old.as_object_mut().unwrap().remove("tolerance");
+        old.as_object_mut().unwrap().remove("lose");
         old.as_object_mut().unwrap().remove("keep_checkpoints");
         // ... and before data sets, augmentation and saved models.
         for key in [

@@ -113,6 +113,7 @@ impl TimedJob<'_> {
                 consistency_every: 100,
                 slow: None,
                 tolerance: None,
+                lose: None,
                 keep_checkpoints: 1,
                 overwrite: true,
                 loader_threads: self.loader_threads,

@@ -262,10 +262,10 @@ pub struct RunArgs {
         requires = "fault_tolerance"
     )]
     min_np: usize,
-    /// With --fault-tolerance: rank R (of the starting world; or several, `R,R…`) kills itself,
-    /// or with `:stop` stops itself (SIGSTOP), before step STEP's exchange; for tests and the
-    /// fault-tolerance study.
-    #[arg(long, value_name = "R[,R…]@STEP[:stop]", value_parser = parse_lose_rank, requires = "fault_tolerance")]
+    /// Rank R (of the starting world; or several, `R,R…`) kills itself, or with `:stop` stops
+    /// itself (SIGSTOP), before step STEP's exchange: for tests and scripts/bench-faults.sh,
+    /// with or without --fault-tolerance.
+    #[arg(long, value_name = "R[,R…]@STEP[:stop]", value_parser = parse_lose_rank)]
     lose_rank: Option<LoseRank>,
     /// Rows × columns of the torus2d all-reduce, e.g. 4x8 (default: near-square).
     #[arg(long, value_name = "XxY", value_parser = parse_shape)]
@@ -300,8 +300,8 @@ impl RunArgs {
                     .map(|(rank, ms)| Slowdown { rank, ms }),
                 tolerance: self.fault_tolerance.then_some(Tolerance {
                     min_np: self.min_np,
-                    lose: self.lose_rank.clone(),
                 }),
+                lose: self.lose_rank.clone(),
                 keep_checkpoints: self.keep_checkpoints,
                 overwrite: self.overwrite,
                 loader_threads: self.loader_threads,

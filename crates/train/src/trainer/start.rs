@@ -75,7 +75,7 @@ impl<'w> Trainer<'w> {
         let tensors = tensor_descriptions(&vs, opt.params());
         let gradients = gradient_exchange(config, opt.as_ref(), &mut policies)?;
         let clock = run_clock(run, data.train.len, world.size())?;
-        let world_rank = world.rank();
+        let (world_rank, world_size) = (world.rank(), world.size());
         claim_out(world, config, resume)?;
         let mut trainer = Trainer {
             plugins,
@@ -102,7 +102,7 @@ impl<'w> Trainer<'w> {
             staleness: Default::default(),
             tensors,
             last_checkpoint: None,
-            survival: super::survive::Survival::new(world_rank, reporting.quiet),
+            survival: super::survive::Survival::new(world_rank, world_size, reporting.quiet),
         };
         let resumed = resume
             .map(|path| trainer.resume(path, start.allow_policy_change, reporting.quiet))

@@ -25,8 +25,9 @@ use crate::{Error, Result};
 
 /// What fault tolerance keeps across the attempts of a step.
 pub(super) struct Survival {
-    /// This rank in the world the run started with (what `--lose-rank` names).
+    /// This rank in the world the run started with (what `--lose-rank` names), and its size.
     first_rank: usize,
+    first_size: usize,
     /// The step whose exchange committed codec state on this rank in the current attempt.
     exchanged: Option<u64>,
     /// `--quiet`, for the progress of a rank that takes over from a lost rank 0.
@@ -46,9 +47,10 @@ struct Pending {
 
 impl Survival {
     /// Nothing survived yet, on `first_rank` of the starting world.
-    pub(super) fn new(first_rank: usize, quiet: bool) -> Survival {
+    pub(super) fn new(first_rank: usize, first_size: usize, quiet: bool) -> Survival {
         Survival {
             first_rank,
+            first_size,
             exchanged: None,
             quiet,
             pending: Vec::new(),
@@ -125,11 +127,15 @@ impl Trainer<'_> {
 
     /// `--lose-rank`: this rank goes now if it is the one named for `step`.
     pub(super) fn lose_on_purpose(&self, step: u64) {
-        let tolerance = self.config.invocation.tolerance.as_ref();
-        if let Some(l) = tolerance.and_then(|t| t.lose.as_ref())
+        if let Some(l) = &self.config.invocation.lose
             && l.ranks.contains(&self.survival.first_rank)
             && l.step == step
         {
+            // The ranks' numbers as they are now: none of them was lost before, or the world
+            // would not have them in the starting order any more.
+            if self.world.size() == self.survival.first_size {
+                l.how.inflict_together(self.world, &l.ranks);
+            }
             l.how.inflict();
         }
     }
