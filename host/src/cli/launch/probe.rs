@@ -8,7 +8,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::engine::Engine;
-use super::hostfile::DEFAULT_HOSTFILE_VAR;
 
 /// How long a host has to run `true` under an mpirun from here: a daemon started and called
 /// back, on a loaded machine.
@@ -38,7 +37,7 @@ pub fn unreachable(
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             if let Some(f) = hostfile_env {
-                c.env(DEFAULT_HOSTFILE_VAR, f);
+                c.env(engine.hostfile_var, f);
             }
             (h, c.spawn().ok())
         })

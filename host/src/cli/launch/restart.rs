@@ -184,6 +184,12 @@ fn drop_unreachable(
 
 /// The step of the newest valid checkpoint in `out`, or `None` when it holds none yet; an
 /// error when it holds checkpoints but none loads (starting over would discard them).
+/// Whether the run in `out` reached its end: its newest checkpoint is the one a run writes
+/// last (after its last step, or at `--stop-after-steps`).
+pub(super) fn ended(out: &Path) -> bool {
+    checkpoint::load(out).is_ok_and(|(meta, _)| meta.reason == "final" || meta.reason == "stopped")
+}
+
 fn checkpoint_step(out: &Path) -> Result<Option<u64>> {
     let any = fs::read_dir(out).is_ok_and(|entries| {
         entries.flatten().any(|e| {
