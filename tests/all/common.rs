@@ -459,6 +459,18 @@ pub fn await_checkpoint(child: &mut std::process::Child, stderr: &Path, out: &Pa
     }
 }
 
+/// The rank-lost records `run --fault-tolerance` wrote into a run directory's metrics.jsonl.
+pub fn losses(out: &Path) -> Vec<metrics::RankLostRecord> {
+    metrics::read(&out.join("metrics.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::RankLost(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The restart records `launch` wrote into a run directory's metrics.jsonl.
 pub fn restarts(out: &Path) -> Vec<metrics::RestartRecord> {
     metrics::read(&out.join("metrics.jsonl"))

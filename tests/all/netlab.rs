@@ -17,8 +17,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use lsgd_host::train::metrics::{self, RankLostRecord, Record};
-
 use crate::common::*;
 
 /// One lab at a time: they share the namespaces.
@@ -455,18 +453,6 @@ fn the_network_study_brings_the_lab_up_calibrates_it_and_reports_time_to_accurac
         "β = {beta:e} s/B:\n{report}"
     );
     assert!(out.join("accuracy-vs-time.png").exists());
-}
-
-/// The rank-lost records `--fault-tolerance` wrote into a run directory's metrics.jsonl.
-fn losses(out: &Path) -> Vec<RankLostRecord> {
-    metrics::read(&out.join("metrics.jsonl"))
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::RankLost(r) => Some(r),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Steps of [`tolerant_job`]: 2 epochs of 6000 samples at global batch 96.

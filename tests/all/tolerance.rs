@@ -9,8 +9,6 @@ use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lsgd_host::train::metrics::{self, RankLostRecord, Record};
-
 use crate::common::*;
 
 /// How long any of these jobs may take, losses and detection included.
@@ -49,18 +47,6 @@ fn ulfm(np: usize, args: &[String]) -> Option<Output> {
 
 /// Numbers the log directories of the jobs one test process runs.
 static LOGS: AtomicUsize = AtomicUsize::new(0);
-
-/// The rank-lost records of a run directory.
-fn losses(out: &Path) -> Vec<RankLostRecord> {
-    metrics::read(&out.join("metrics.jsonl"))
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::RankLost(r) => Some(r),
-            _ => None,
-        })
-        .collect()
-}
 
 /// The tiny mlp job: 384 samples at global batch 48 (8 steps an epoch, divisible by 4, 3 and
 /// 2 ranks), 2 epochs, a short failure detector.
