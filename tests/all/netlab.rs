@@ -659,7 +659,13 @@ fn launch_restarts_a_fault_tolerant_run_that_open_mpi_ended_on_a_killed_host() {
     );
     let r = restarts(&out);
     assert_eq!(r.len(), 1, "{err}");
-    assert_eq!((r[0].world_size_before, r[0].world_size_after), (3, 2));
+    // Without h3; on a loaded machine launch's probe (an Open MPI 5 `mpirun --host h2 true`
+    // within 20 s) may find h2 too slow and drop it as well: a cold test run did.
+    let after = r[0].world_size_after;
+    assert!(
+        r[0].world_size_before == 3 && (1..=2).contains(&after),
+        "{r:?}\n{err}"
+    );
     let done: Vec<u64> = steps(&out).iter().map(|s| s.step).collect();
     assert_eq!(done, (0..TOLERANT_STEPS).collect::<Vec<_>>(), "{err}");
 }

@@ -105,6 +105,8 @@ pub struct Shrunk {
     pub lost: Vec<LostRank>,
     /// How long before the shrink's end the first error struck this rank.
     pub since_failure: Duration,
+    /// The MPI error class of that error (0: none struck this rank; another rank's did).
+    pub class: i32,
     /// Said once when `--torus-shape` no longer fits and the near-square default takes over.
     pub note: Option<String>,
 }
@@ -260,6 +262,7 @@ impl World {
             ulfm::shrink(old)?
         };
         let since_failure = ulfm::failed().map_or(Duration::ZERO, |(_, ago)| ago);
+        let class = ulfm::failed().map_or(0, |(class, _)| class);
         let lost = ulfm::missing(old, new, m.size);
         let before = m.size;
         if !goes_on(before, &lost) {
@@ -315,6 +318,7 @@ impl World {
             before,
             lost,
             since_failure,
+            class,
             note,
         })
     }

@@ -150,6 +150,18 @@ impl Trainer<'_> {
             .max(began);
         self.clock.set_world_size(self.world.size() as u32);
         self.take_over_metrics()?;
+        if shrunk.lost.is_empty() {
+            // An MPI error without a lost rank (seen once, under load, in the first hierarchical
+            // all-reduce): the step is redone all the same, and said, but no rank was lost.
+            self.progress.line(&format!(
+                "a collective of the {during} of step {step} failed without losing a rank (MPI \
+                 error class {}: {}); redone on the same {} ranks",
+                shrunk.class,
+                lsgd_collective::ulfm::class_name(shrunk.class),
+                self.world.size()
+            ));
+            return Ok(());
+        }
         let lost: Vec<usize> = shrunk.lost.iter().map(|l| l.rank).collect();
         let hosts: Vec<&str> = shrunk.lost.iter().map(|l| l.host.as_str()).collect();
         self.progress.line(&format!(
