@@ -17,6 +17,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use lsgd_host::train::metrics::RankLostRecord;
+
 use crate::common::*;
 
 /// One lab at a time: they share the namespaces.
@@ -461,8 +463,7 @@ const TOLERANT_STEPS: u64 = 125;
 /// `run --fault-tolerance` of the mlp on 3 ranks, long enough to lose one mid-run (a few
 /// seconds on the lab), ULFM's failure detector at 3 s.
 fn tolerant_job(out: &Path) -> Vec<String> {
-    let out = out.display().to_string();
-    [
+    let flags = [
         "run",
         "--model",
         "mlp",
@@ -485,11 +486,8 @@ fn tolerant_job(out: &Path) -> Vec<String> {
         "--fault-tolerance",
         "--collective-timeout",
         "3",
-        "--out",
-        &out,
-    ]
-    .map(String::from)
-    .to_vec()
+    ];
+    with_out(&flags, out, &[])
 }
 
 /// Waits until `out`'s metrics.jsonl holds `n` step records (rank 0 flushes each step); panics
@@ -555,16 +553,41 @@ fn a_fault_tolerant_run_survives(fault: &str) {
         printed.contains("weights blake3 "),
         "{fault}: no weights printed:\n{printed}\n{err}"
     );
-    let done: Vec<u64> = steps(&out).iter().map(|r| r.step).collect();
+    every_step_once(&out, &err);
+    assert!(restarts(&out).is_empty(), "{fault}: a restart\n{err}");
+    let l = the_loss_of_rank_2_on_h3(fault, &out, &err);
+    only_h1_wrote(fault, &out);
+    assert!(
+        !left_on_h3.iter().any(|p| p == "lsgd-host"),
+        "{fault}: h3's rank still runs: {left_on_h3:?}"
+    );
+    eprintln!(
+        "{fault} h3 after {:.1} s: found in {:.2} s, step {} redone {:.2} s later; mpirun \
+         returned {ended:.1} s after the {fault} ({:.1} s in all); left on h3: {left_on_h3:?}",
+        struck.duration_since(started).as_secs_f64(),
+        l.detect_s,
+        l.step,
+        l.recover_s,
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Steps 0.. of [`tolerant_job`] each recorded once in `out`.
+fn every_step_once(out: &Path, err: &str) {
+    let done: Vec<u64> = steps(out).iter().map(|r| r.step).collect();
     assert_eq!(
         done,
         (0..TOLERANT_STEPS).collect::<Vec<_>>(),
-        "{fault}: not every step once\n{err}"
+        "not every step once\n{err}"
     );
-    assert!(restarts(&out).is_empty(), "{fault}: a restart\n{err}");
-    let lost = losses(&out);
+}
+
+/// The one rank-lost record of `out`: rank 2 on h3, 3 ranks to 2, named in `err` and found
+/// and survived in bounded time.
+fn the_loss_of_rank_2_on_h3(fault: &str, out: &Path, err: &str) -> RankLostRecord {
+    let mut lost = losses(out);
     assert_eq!(lost.len(), 1, "{fault}: {lost:?}\n{err}");
-    let l = &lost[0];
+    let l = lost.remove(0);
     assert_eq!(
         (
             &l.lost_ranks[..],
@@ -587,9 +610,14 @@ fn a_fault_tolerant_run_survives(fault: &str) {
         l.detect_s,
         l.recover_s
     );
+    l
+}
+
+/// Only rank 0 (on h1) wrote into `out`.
+fn only_h1_wrote(fault: &str, out: &Path) {
     // Only rank 0 (on h1) writes: a cut-off h3 that went on as a world of its own would have
     // written its own event file (named for its host) and records of its own.
-    let written: Vec<String> = std::fs::read_dir(&out)
+    let written: Vec<String> = std::fs::read_dir(out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
@@ -604,19 +632,6 @@ fn a_fault_tolerant_run_survives(fault: &str) {
             .count(),
         1,
         "{written:?}"
-    );
-    assert!(
-        !left_on_h3.iter().any(|p| p == "lsgd-host"),
-        "{fault}: h3's rank still runs: {left_on_h3:?}"
-    );
-    eprintln!(
-        "{fault} h3 after {:.1} s: found in {:.2} s, step {} redone {:.2} s later; mpirun \
-         returned {ended:.1} s after the {fault} ({:.1} s in all); left on h3: {left_on_h3:?}",
-        struck.duration_since(started).as_secs_f64(),
-        l.detect_s,
-        l.step,
-        l.recover_s,
-        started.elapsed().as_secs_f64()
     );
 }
 
@@ -666,6 +681,5 @@ fn launch_restarts_a_fault_tolerant_run_that_open_mpi_ended_on_a_killed_host() {
         r[0].world_size_before == 3 && (1..=2).contains(&after),
         "{r:?}\n{err}"
     );
-    let done: Vec<u64> = steps(&out).iter().map(|s| s.step).collect();
-    assert_eq!(done, (0..TOLERANT_STEPS).collect::<Vec<_>>(), "{err}");
+    every_step_once(&out, &err);
 }

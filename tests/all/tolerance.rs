@@ -48,6 +48,14 @@ fn ulfm(np: usize, args: &[String]) -> Option<Output> {
 /// Numbers the log directories of the jobs one test process runs.
 static LOGS: AtomicUsize = AtomicUsize::new(0);
 
+/// Runs the `run` of `args` on `np` ranks under the machine's Open MPI (4.1, no ULFM).
+fn on_machine_mpi(np: usize, args: Vec<String>) -> Output {
+    // `args` begins with `run`, which `run_app` already ends with.
+    let mut app = run_app(np);
+    app.extend(args.into_iter().skip(1));
+    mpirun(&[app])
+}
+
 /// The tiny mlp job: 384 samples at global batch 48 (8 steps an epoch, divisible by 4, 3 and
 /// 2 ranks), 2 epochs, a short failure detector.
 fn job(out: &Path, extra: &[&str]) -> Vec<String> {
@@ -117,26 +125,13 @@ fn equals_a_resume_on_fewer_ranks(name: &str, lose: &str, extra: &[&str]) {
     );
 
     let resumed = scratch(&format!("ft-{name}-resumed"));
-    let stopped = mpirun(&[[
-        vec![
-            "-np".into(),
-            "3".into(),
-            env!("CARGO_BIN_EXE_lsgd-host").into(),
-        ],
+    let stopped = on_machine_mpi(
+        3,
         job(&resumed, &[extra, &["--stop-after-steps", step]].concat()),
-    ]
-    .concat()]);
+    );
     assert!(stopped.status.success(), "{name}: {}", stderr(&stopped));
     let dir = resumed.display().to_string();
-    let again = mpirun(&[[
-        vec![
-            "-np".into(),
-            "2".into(),
-            env!("CARGO_BIN_EXE_lsgd-host").into(),
-        ],
-        job(&resumed, &[extra, &["--resume", &dir]].concat()),
-    ]
-    .concat()]);
+    let again = on_machine_mpi(2, job(&resumed, &[extra, &["--resume", &dir]].concat()));
     assert!(again.status.success(), "{name}: {}", stderr(&again));
     assert_eq!(
         weights(&o),
@@ -226,15 +221,7 @@ fn below_min_np_the_survivors_stop_with_a_checkpoint_that_resumes() {
         "the state before the lost step"
     );
     let dir = out.display().to_string();
-    let again = mpirun(&[[
-        vec![
-            "-np".into(),
-            "2".into(),
-            env!("CARGO_BIN_EXE_lsgd-host").into(),
-        ],
-        job(&out, &["--resume", &dir]),
-    ]
-    .concat()]);
+    let again = on_machine_mpi(2, job(&out, &["--resume", &dir]));
     assert!(again.status.success(), "{}", stderr(&again));
     assert_eq!(steps(&out).len(), 16);
 }
@@ -257,15 +244,7 @@ fn fault_tolerance_says_what_it_needs() {
     // The machine's Open MPI 4.1 has no ULFM.
     if !no_mpirun() {
         let out = scratch("ft-no-ulfm");
-        let o = mpirun(&[[
-            vec![
-                "-np".into(),
-                "2".into(),
-                env!("CARGO_BIN_EXE_lsgd-host").into(),
-            ],
-            job(&out, &["--fault-tolerance"]),
-        ]
-        .concat()]);
+        let o = on_machine_mpi(2, job(&out, &["--fault-tolerance"]));
         assert!(!o.status.success());
         let err = stderr(&o);
         assert!(
