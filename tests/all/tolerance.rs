@@ -269,3 +269,39 @@ fn fault_tolerance_says_what_it_needs() {
     );
     assert!(stderr(&o).contains("--fault-tolerance"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_run_that_grows_back_equals_resumes_on_fewer_then_on_all_ranks() {
+    // Rank 2 is lost before step 5; the survivors redo step 5 on 2 ranks and start a
+    // replacement, which joins after step 5: steps 6.. run on 3 ranks again.
+    let grown = scratch("ft-grow");
+    let flags = ["--fault-tolerance", "--grow-back", "--lose-rank", "2@5"];
+    let Some(o) = ulfm(3, &job(&grown, &flags)) else {
+        return;
+    };
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("grew back from 2 to 3 ranks at step 6"),
+        "{err}"
+    );
+    assert_eq!(losses(&grown).len(), 1);
+    assert_eq!(steps(&grown).len(), 16, "every step recorded once");
+
+    let resumed = scratch("ft-grow-resumed");
+    let dir = resumed.display().to_string();
+    let bin = env!("CARGO_BIN_EXE_lsgd-host").to_string();
+    let on = |np: &str, extra: &[&str]| {
+        let o = mpirun(&[[
+            vec!["-np".into(), np.into(), bin.clone()],
+            job(&resumed, extra),
+        ]
+        .concat()]);
+        assert!(o.status.success(), "{np} ranks {extra:?}: {}", stderr(&o));
+        o
+    };
+    on("3", &["--stop-after-steps", "5"]);
+    on("2", &["--resume", &dir, "--stop-after-steps", "6"]);
+    let again = on("3", &["--resume", &dir]);
+    assert_eq!(weights(&o), weights(&again), "not the resumes' weights");
+}

@@ -127,6 +127,10 @@ pub enum Error {
     #[error("--fault-tolerance: {0}")]
     Unavailable(String),
 
+    /// The survivors could not start or take in replacements (`--grow-back`).
+    #[error("growing the world back failed: {0}")]
+    Grow(String),
+
     /// MPIX_Comm_shrink kept failing.
     #[error("the survivors could not shrink the world (MPIX_Comm_shrink failed 8 times)")]
     Shrink,

@@ -305,6 +305,60 @@ pub(crate) fn shrink(comm: MPI_Comm) -> Result<MPI_Comm> {
     Err(Error::Shrink)
 }
 
+/// The communicator of the job that spawned this process ([`spawn`]), if one did.
+pub(crate) fn parent() -> Option<MPI_Comm> {
+    let mut parent = unsafe { mpi::ffi::RSMPI_COMM_NULL };
+    // SAFETY: MPI is initialized; the handle is written.
+    unsafe { mpi::ffi::MPI_Comm_get_parent(&mut parent) };
+    (parent.0 != unsafe { mpi::ffi::RSMPI_COMM_NULL }.0).then_some(parent)
+}
+
+/// One communicator of both sides of `intercomm`, the side with `high` after the other.
+pub(crate) fn merge(intercomm: MPI_Comm, high: bool) -> Result<MPI_Comm> {
+    let mut merged = unsafe { mpi::ffi::RSMPI_COMM_NULL };
+    // SAFETY: a live intercommunicator; the handle is written.
+    let rc = unsafe { mpi::ffi::MPI_Intercomm_merge(intercomm, c_int::from(high), &mut merged) };
+    if rc != 0 || merged.0 == unsafe { mpi::ffi::RSMPI_COMM_NULL }.0 {
+        return Err(Error::Grow(format!("MPI_Intercomm_merge failed ({rc})")));
+    }
+    Ok(merged)
+}
+
+/// Starts `count` processes of `command argv…` from every rank of `comm` (collective; rank 0
+/// names the command) and returns the intercommunicator to them.
+pub(crate) fn spawn(comm: MPI_Comm, count: usize, command: &str, argv: &[String]) -> Result<MPI_Comm> {
+    let cstr = |s: &str| {
+        std::ffi::CString::new(s).map_err(|_| Error::Grow(format!("{s:?} holds a NUL byte")))
+    };
+    let command = cstr(command)?;
+    let args: Vec<std::ffi::CString> = argv.iter().map(|a| cstr(a)).collect::<Result<_>>()?;
+    let mut pointers: Vec<*mut std::ffi::c_char> =
+        args.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    pointers.push(std::ptr::null_mut());
+    let mut intercomm = unsafe { mpi::ffi::RSMPI_COMM_NULL };
+    let mut codes = vec![0 as c_int; count];
+    // SAFETY: NUL-terminated strings and a NULL-terminated argv that outlive the call, a live
+    // communicator, and room for `count` error codes.
+    let rc = unsafe {
+        mpi::ffi::MPI_Comm_spawn(
+            command.as_ptr(),
+            pointers.as_mut_ptr(),
+            count as c_int,
+            mpi::ffi::RSMPI_INFO_NULL,
+            0,
+            comm,
+            &mut intercomm,
+            codes.as_mut_ptr(),
+        )
+    };
+    if rc != 0 || codes.iter().any(|&c| c != 0) {
+        return Err(Error::Grow(format!(
+            "MPI_Comm_spawn of {count} process(es) failed ({rc}, codes {codes:?})"
+        )));
+    }
+    Ok(intercomm)
+}
+
 /// The ranks of `old` that are not in `new` (both this process's communicators).
 pub(crate) fn missing(old: MPI_Comm, new: MPI_Comm, old_size: usize) -> Vec<usize> {
     let group = |comm: MPI_Comm| {

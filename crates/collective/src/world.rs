@@ -58,6 +58,11 @@ pub(crate) struct Mpi {
     size: usize,
     /// With `--fault-tolerance`: who every rank is, to name and fence a lost one.
     tolerant: Option<Ranks>,
+    /// Started by the survivors as a replacement ([`World::grow`]).
+    joined: bool,
+    /// The intercommunicators between the survivors' job and their replacements' (addresses),
+    /// disconnected at the end so that each job ends on its own.
+    links: Vec<usize>,
     /// `None` once finalizing is left out (after a shrink: see the `Drop`).
     universe: Option<Universe>,
 }
@@ -67,10 +72,28 @@ impl Drop for Mpi {
         // After a rank was lost, Open MPI 5.0.11's MPI_Finalize now and then never returns (the
         // survivors wait in it for each other, one run in four here). The survivors have agreed
         // on everything by then, so they meet on the shrunk world and leave MPI unfinalized;
-        // mpirun, started with ULFM, takes that as an ordinary exit.
-        if self.tolerant.as_ref().is_some_and(|t| t.shrunk) {
-            self.pump = None;
+        // mpirun, started with ULFM, takes that as an ordinary exit. Replacements (`grow`)
+        // first disconnect from the survivors' job, and finalize: their job is not under ULFM's
+        // leave, and its unfinalized exit would count as abnormal.
+        let shrunk = self.tolerant.as_ref().is_some_and(|t| t.shrunk);
+        if !shrunk {
+            return;
+        }
+        self.pump = None;
+        self.grid = None;
+        self.nodes = None;
+        if self.links.is_empty() {
             self.comm.barrier();
+        } else {
+            let mut all: Vec<mpi::ffi::MPI_Comm> = vec![self.exit.as_raw(), self.comm.as_raw()];
+            all.extend(self.links.drain(..).map(|l| mpi::ffi::MPI_Comm(l as *mut _)));
+            for mut c in all {
+                // SAFETY: communicators of this process that span both jobs, disconnected in
+                // the same order on every process of both (rsmpi never frees them again).
+                unsafe { mpi::ffi::MPI_Comm_disconnect(&mut c) };
+            }
+        }
+        if !self.joined {
             std::mem::forget(self.universe.take());
         }
     }
@@ -180,19 +203,25 @@ impl World {
                  from a thread of their own, which needs Multiple"
             )));
         }
-        ulfm::watch(universe.world().as_raw());
-        let mut world = World::started(universe)?;
-        let pid = u64::from(std::process::id());
-        let ticks = ulfm::start_ticks(std::process::id()).unwrap_or(0);
-        let ranks = Ranks {
-            shrunk: false,
-            hosts: world.hostnames()?,
-            pids: world.all_gather_u64(pid)?,
-            ticks: world.all_gather_u64(ticks)?,
+        // A replacement started by `World::grow` joins the survivors' world, after them.
+        let parent = ulfm::parent();
+        let comm = match parent {
+            Some(parent) => {
+                ulfm::watch(parent);
+                let merged = ulfm::merge(parent, true)?;
+                // SAFETY: a communicator MPI_Intercomm_merge just made, owned from here on.
+                unsafe { SimpleCommunicator::from_raw(merged) }
+            }
+            None => universe.world(),
         };
+        let joined = ulfm::parent().is_some();
+        ulfm::watch(comm.as_raw());
+        let mut world = World::started_on(universe, comm)?;
+        // A replacement exists because its world shrank: it leaves MPI as the survivors do.
+        world.learn_ranks(joined)?;
         let m = world.mpi.as_deref_mut().expect("an MPI world");
-        ulfm::watch(m.exit.as_raw());
-        m.tolerant = Some(ranks);
+        m.joined = joined;
+        m.links.extend(parent.map(|p| p.0 as usize));
         if !detector.is_zero() {
             m.pump = Some(ulfm::Pump::start(ulfm::pump_period(detector)));
         }
@@ -201,6 +230,10 @@ impl World {
 
     fn started(universe: Universe) -> Result<World> {
         let comm = universe.world();
+        World::started_on(universe, comm)
+    }
+
+    fn started_on(universe: Universe, comm: SimpleCommunicator) -> Result<World> {
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         let exit = comm.duplicate();
         let world = World {
@@ -214,6 +247,8 @@ impl World {
                 rank,
                 size,
                 tolerant: None,
+                joined: false,
+                links: Vec::new(),
                 universe: Some(universe),
             })),
             torus_shape: None,
@@ -222,6 +257,62 @@ impl World {
         // Gathered now, while every rank is reachable: a timeout report names hosts.
         watchdog::set_ranks(rank, world.hostnames()?);
         Ok(world)
+    }
+
+    /// Every rank's host, pid and start time, gathered (collective) into the world's fault
+    /// tolerance; `shrunk` as it was. What a starting world and a grown one both do.
+    fn learn_ranks(&mut self, shrunk: bool) -> Result<()> {
+        let pid = u64::from(std::process::id());
+        let ticks = ulfm::start_ticks(std::process::id()).unwrap_or(0);
+        let ranks = Ranks {
+            shrunk,
+            hosts: self.hostnames()?,
+            pids: self.all_gather_u64(pid)?,
+            ticks: self.all_gather_u64(ticks)?,
+        };
+        let m = self.mpi.as_deref_mut().expect("an MPI world");
+        ulfm::watch(m.exit.as_raw());
+        m.tolerant = Some(ranks);
+        Ok(())
+    }
+
+    /// Whether this process joined a running world as a replacement ([`World::grow`]).
+    pub fn joined(&self) -> bool {
+        self.mpi.as_ref().is_some_and(|m| m.joined)
+    }
+
+    /// The survivors start `count` replacements, `command argv…` (the same `lsgd-host run`),
+    /// and take them into the world after themselves (collective over the survivors; the
+    /// replacements' [`World::init_tolerant`] is the other half). The world's size grows by
+    /// `count`; sub-communicators are made again on first use.
+    pub fn grow(&mut self, count: usize, command: &str, argv: &[String]) -> Result<()> {
+        let Some(m) = self.mpi.as_deref_mut().filter(|m| m.tolerant.is_some()) else {
+            return Err(Error::Grow("the world is not fault tolerant".into()));
+        };
+        let intercomm = {
+            let _busy = watchdog::enter(Op::SHRINK, None);
+            ulfm::spawn(m.comm.as_raw(), count, command, argv)?
+        };
+        let merged = ulfm::merge(intercomm, false)?;
+        m.links.push(intercomm.0 as usize);
+        let shrunk = m.tolerant.as_ref().is_some_and(|t| t.shrunk);
+        ulfm::forget_all();
+        m.grid = None;
+        m.nodes = None;
+        // SAFETY: a communicator MPI_Intercomm_merge just made, owned from here on.
+        m.comm = unsafe { SimpleCommunicator::from_raw(merged) };
+        ulfm::watch(m.comm.as_raw());
+        m.exit = m.comm.duplicate();
+        m.rank = m.comm.rank() as usize;
+        m.size = m.comm.size() as usize;
+        let rank = m.rank;
+        // As a replacement's start does: the hosts for the watchdog, then the ranks.
+        watchdog::set_ranks(rank, self.hostnames()?);
+        self.learn_ranks(shrunk)?;
+        if self.torus_shape.is_some_and(|s| s.0 * s.1 != self.size()) {
+            self.torus_shape = None;
+        }
+        Ok(())
     }
 
     /// Whether collectives report lost ranks ([`World::init_tolerant`]).

@@ -136,6 +136,11 @@ pub struct Tolerance {
     /// `--min-np`: the fewest ranks the world may shrink to; below it the survivors stop with
     /// a checkpoint of the state before the step, for `lsgd-host launch` to restart from.
     pub min_np: usize,
+    /// `--grow-back`: after a shrink, the survivors start replacements for the lost ranks at
+    /// the next step boundary and the world grows back to its size (false in checkpoints
+    /// written before it existed).
+    #[serde(default)]
+    pub grow_back: bool,
 }
 
 /// Ranks lost on purpose (`--lose-rank`), numbered in the world the run started with.

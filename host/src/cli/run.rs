@@ -253,6 +253,11 @@ pub struct RunArgs {
     /// the time after which a silent rank counts as lost. docs/cluster.md has the details.
     #[arg(long)]
     fault_tolerance: bool,
+    /// With --fault-tolerance: after a shrink, start a replacement for each lost rank (MPI's
+    /// spawn, placed by mpirun) at the next step boundary; it receives the state from rank 0
+    /// as a resume would, and the world grows back to its size.
+    #[arg(long, requires = "fault_tolerance")]
+    grow_back: bool,
     /// With --fault-tolerance: the fewest ranks the world may shrink to; below it the survivors
     /// stop with a checkpoint of the state before the step (launch then restarts the job).
     #[arg(
@@ -300,6 +305,7 @@ impl RunArgs {
                     .map(|(rank, ms)| Slowdown { rank, ms }),
                 tolerance: self.fault_tolerance.then_some(Tolerance {
                     min_np: self.min_np,
+                    grow_back: self.grow_back,
                 }),
                 lose: self.lose_rank.clone(),
                 keep_checkpoints: self.keep_checkpoints,

@@ -76,7 +76,10 @@ impl<'w> Trainer<'w> {
         let gradients = gradient_exchange(config, opt.as_ref(), &mut policies)?;
         let clock = run_clock(run, data.train.len, world.size())?;
         let (world_rank, world_size) = (world.rank(), world.size());
-        claim_out(world, config, resume)?;
+        // A replacement joins a run that claimed its directory long ago.
+        if !world.joined() {
+            claim_out(world, config, resume)?;
+        }
         let mut trainer = Trainer {
             plugins,
             order: SampleOrder::new(run.seed, data.train.len),
@@ -104,6 +107,11 @@ impl<'w> Trainer<'w> {
             last_checkpoint: None,
             survival: super::survive::Survival::new(world_rank, world_size, reporting.quiet),
         };
+        if trainer.world.joined() {
+            trainer.join()?;
+            trainer.open_metrics(None, reporting)?;
+            return Ok(trainer);
+        }
         let resumed = resume
             .map(|path| trainer.resume(path, start.allow_policy_change, reporting.quiet))
             .transpose()?;

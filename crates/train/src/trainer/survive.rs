@@ -88,7 +88,8 @@ impl Trainer<'_> {
             }
             if self.world.agree(attempt.is_ok()) {
                 self.commit(attempt?)?;
-                return self.record_losses();
+                self.record_losses()?;
+                return self.grow_back();
             }
             self.policies.rewind(step).map_err(Error::from)?;
             if self.survival.exchanged.take() == Some(step) {
@@ -123,6 +124,77 @@ impl Trainer<'_> {
             let step = self.clock.step().saturating_sub(1);
             self.shrink_world(during, step, began)?;
         }
+    }
+
+    /// `--grow-back`, at a step boundary of a world smaller than it started: rank 0 writes a
+    /// checkpoint, the survivors start a replacement for each lost rank (the same `run`), take
+    /// them into the world after themselves, check they loaded the same plugins, and send them
+    /// the checkpoint, which they resume as a resume on the grown world would.
+    fn grow_back(&mut self) -> Result<()> {
+        let wanted = self.survival.first_size;
+        let grow = self.config.invocation.tolerance.as_ref().is_some_and(|t| t.grow_back);
+        let size = self.world.size();
+        if !grow || size >= wanted || self.clock.finished() {
+            return Ok(());
+        }
+        let began = Instant::now();
+        let step = self.clock.step();
+        self.metrics.flush()?;
+        let json = self.save("grow")?;
+        let exe = std::env::current_exe().map_err(Error::io("cannot locate the lsgd-host binary"))?;
+        // Through env(1): the replacements load this process's libmpi (Open MPI 5's), whatever
+        // mpirun hands a spawned job.
+        let mut argv = vec![format!(
+            "LD_LIBRARY_PATH={}",
+            std::env::var("LD_LIBRARY_PATH").unwrap_or_default()
+        )];
+        argv.push(exe.display().to_string());
+        argv.extend(std::env::args().skip(1));
+        self.world.grow(wanted - size, "env", &argv)?;
+        super::identity::same_plugins(self.world, &self.plugins)?;
+        self.send_checkpoint(&json)?;
+        self.clock.set_world_size(self.world.size() as u32);
+        self.progress.line(&format!(
+            "grew back from {size} to {} ranks at step {step} in {:.2} s",
+            self.world.size(),
+            began.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    /// Rank 0's checkpoint `json` and its tensors to every rank (a replacement writes them into
+    /// `dir` and resumes from there; the others have the state already): two broadcasts.
+    pub(super) fn send_checkpoint(&mut self, json: &std::path::Path) -> Result<Vec<Vec<u8>>> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(Error::io(format!("cannot read {}", p.display())))
+        };
+        let mut meta = if self.world.is_root() { read(json)? } else { Vec::new() };
+        self.world.broadcast_bytes(&mut meta)?;
+        let name: String = serde_json::from_slice::<serde_json::Value>(&meta)
+            .ok()
+            .and_then(|v| v["tensors"].as_str().map(String::from))
+            .ok_or_else(|| Error::Checkpoint("the checkpoint rank 0 sent names no tensors".into()))?;
+        let dir = json.parent().unwrap_or(std::path::Path::new("."));
+        let mut tensors = if self.world.is_root() { read(&dir.join(&name))? } else { Vec::new() };
+        self.world.broadcast_bytes(&mut tensors)?;
+        Ok(vec![meta, name.into_bytes(), tensors])
+    }
+
+    /// A replacement's start ([`World::joined`](lsgd_collective::World::joined)): the
+    /// checkpoint the survivors send, written into a directory of its own and resumed.
+    pub(super) fn join(&mut self) -> Result<()> {
+        let received = self.send_checkpoint(std::path::Path::new(""))?;
+        let dir = std::env::temp_dir().join(format!("lsgd-join-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
+        let name = String::from_utf8_lossy(&received[1]).into_owned();
+        let write = |p: std::path::PathBuf, b: &[u8]| {
+            std::fs::write(&p, b).map_err(Error::io(format!("cannot write {}", p.display())))
+        };
+        write(dir.join(&name), &received[2])?;
+        write(dir.join(crate::checkpoint::JSON_NAME), &received[0])?;
+        let resumed = self.resume(&dir.join(crate::checkpoint::JSON_NAME), false, true);
+        let _ = std::fs::remove_dir_all(&dir);
+        resumed.map(drop)
     }
 
     /// `--lose-rank`: this rank goes now if it is the one named for `step`.
