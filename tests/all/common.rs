@@ -155,8 +155,10 @@ pub fn ulfm_mpirun() -> Option<std::process::Command> {
         return None;
     }
     let mut cmd = std::process::Command::new(mpirun);
+    // Eight slots here, more than any test starts: --grow-back places replacements only in
+    // slots no process took (a lost one keeps its own).
     cmd.args(["--with-ft", "ulfm", "--oversubscribe", "--bind-to", "none"])
-        .args(["-x", "LD_LIBRARY_PATH"])
+        .args(["--host", "localhost:8", "-x", "LD_LIBRARY_PATH"])
         .env("LD_LIBRARY_PATH", prefix.join("lib"))
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -466,6 +468,18 @@ pub fn losses(out: &Path) -> Vec<metrics::RankLostRecord> {
         .into_iter()
         .filter_map(|r| match r {
             Record::RankLost(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The grew-back records `run --grow-back` wrote into a run directory's metrics.jsonl.
+pub fn growths(out: &Path) -> Vec<metrics::GrewBackRecord> {
+    metrics::read(&out.join("metrics.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::GrewBack(g) => Some(g),
             _ => None,
         })
         .collect()

@@ -539,7 +539,11 @@ fn a_fault_tolerant_run_survives(fault: &str) {
     let dir = scratch(&format!("netlab-ft-{fault}"));
     let out = dir.join("run");
     let started = Instant::now();
-    let mut c = lab.spawn_ulfm(3, &tolerant_job(&out), &dir);
+    // --grow-back with no spare slot (three hosts, one slot each): no replacement can be
+    // placed, and the survivors say so and go on as they would without it.
+    let mut job = tolerant_job(&out);
+    job.push("--grow-back".into());
+    let mut c = lab.spawn_ulfm(3, &job, &dir);
     await_steps(&mut c, &dir, &out, 10);
     lab.lab(&[fault, "h3"]);
     let struck = Instant::now();
@@ -556,6 +560,8 @@ fn a_fault_tolerant_run_survives(fault: &str) {
     every_step_once(&out, &err);
     assert!(restarts(&out).is_empty(), "{fault}: a restart\n{err}");
     let l = the_loss_of_rank_2_on_h3(fault, &out, &err);
+    assert!(growths(&out).is_empty(), "{fault}: grew back\n{err}");
+    assert!(err.contains("not growing back"), "{fault}: {err}");
     only_h1_wrote(fault, &out);
     assert!(
         !left_on_h3.iter().any(|p| p == "lsgd-host"),
@@ -647,6 +653,45 @@ fn a_fault_tolerant_run_survives_a_host_death() {
 #[test]
 fn a_fault_tolerant_run_survives_a_cut_link() {
     a_fault_tolerant_run_survives("cut");
+}
+
+#[test]
+fn a_fault_tolerant_run_grows_back_on_a_spare_host_after_a_host_death() {
+    // Four hosts, three ranks: after h3 crashes, h1 and h2 redo the step, then start a
+    // replacement (`--grow-back`), which Open MPI places on h4, the one free slot.
+    let Some(lab) = Lab::up_for_ulfm(4, &["--rate", "1gbit"]) else {
+        return;
+    };
+    let dir = scratch("netlab-ft-grow");
+    let out = dir.join("run");
+    let mut job = tolerant_job(&out);
+    job.push("--grow-back".into());
+    let mut c = lab.spawn_ulfm(3, &job, &dir);
+    await_steps(&mut c, &dir, &out, 10);
+    lab.lab(&["crash", "h3"]);
+    let (code, err) = finish(&mut c, &dir, Duration::from_secs(150));
+    lab.lab(&["mend", "h3"]);
+    let printed = std::fs::read_to_string(dir.join("stdout")).unwrap_or_default();
+    assert_eq!(code, Some(0), "mpirun failed:\n{printed}\n{err}");
+    every_step_once(&out, &err);
+    assert!(restarts(&out).is_empty(), "a restart\n{err}");
+    let l = the_loss_of_rank_2_on_h3("crash", &out, &err);
+    let grew = growths(&out);
+    assert_eq!(grew.len(), 1, "{err}");
+    let g = &grew[0];
+    assert_eq!(
+        (g.step, g.world_size_after, &g.hosts[..]),
+        (l.step + 1, 3, &["h4".to_string()][..]),
+        "{err}"
+    );
+    assert!(
+        err.contains("consistency: weights and policy outputs bit-identical on all 3 ranks"),
+        "{printed}\n{err}"
+    );
+    eprintln!(
+        "grew back on h4 in {:.2} s after step {}",
+        g.seconds, l.step
+    );
 }
 
 #[test]

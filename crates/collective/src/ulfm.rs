@@ -48,6 +48,8 @@ static CALLS: OnceLock<Option<Calls>> = OnceLock::new();
 static FAILED: AtomicI32 = AtomicI32::new(0);
 /// When it saw it, in milliseconds since [`epoch`].
 static FAILED_AT_MS: AtomicU64 = AtomicU64::new(0);
+/// Set while [`spawn`] runs: its errors are its own.
+static SPAWNING: AtomicBool = AtomicBool::new(false);
 /// Set while the handler runs: a revoke that fails must not call it again.
 static IN_HANDLER: AtomicBool = AtomicBool::new(false);
 /// Every live communicator of this rank, as addresses (MPI handles are not `Send`).
@@ -199,6 +201,13 @@ unsafe extern "C" fn on_error(comm: *mut MPI_Comm, code: *mut c_int) {
     let mut class: c_int = 0;
     // SAFETY: MPI passes a valid code pointer; MPI_Error_class only reads it.
     unsafe { mpi::ffi::MPI_Error_class(*code, &mut class) };
+    // A spawn that could not place its processes is reported by MPI_Comm_spawn's return on
+    // every rank alike ([`spawn`]); no rank was lost, nothing needs revoking (a rank lost
+    // meanwhile fails the next collective).
+    if SPAWNING.load(SeqCst) {
+        IN_HANDLER.store(false, SeqCst);
+        return;
+    }
     let class = if class == 0 { -1 } else { class };
     if FAILED.compare_exchange(0, class, SeqCst, SeqCst).is_ok() {
         FAILED_AT_MS.store(epoch().elapsed().as_millis() as u64, SeqCst);
@@ -236,6 +245,18 @@ pub(crate) fn watch(comm: MPI_Comm) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(comm.0 as usize);
+}
+
+/// Frees the communicator to the job that spawned this process ([`parent`]), the one
+/// communicator spanning both jobs that rsmpi does not free. A replacement's MPI_Finalize would
+/// wait on it until the survivors disconnect it (they never finalize); freed, it leaves
+/// finalizing to this process's own job, and no fence waits on a lost rank as
+/// MPI_Comm_disconnect's does.
+pub(crate) fn leave_parent() {
+    if let Some(mut comm) = parent() {
+        // SAFETY: the parent communicator, which nothing uses any more.
+        unsafe { mpi::ffi::MPI_Comm_free(&mut comm) };
+    }
 }
 
 /// Forgets every watched communicator (before they are freed after a shrink).
@@ -326,7 +347,12 @@ pub(crate) fn merge(intercomm: MPI_Comm, high: bool) -> Result<MPI_Comm> {
 
 /// Starts `count` processes of `command argv…` from every rank of `comm` (collective; rank 0
 /// names the command) and returns the intercommunicator to them.
-pub(crate) fn spawn(comm: MPI_Comm, count: usize, command: &str, argv: &[String]) -> Result<MPI_Comm> {
+pub(crate) fn spawn(
+    comm: MPI_Comm,
+    count: usize,
+    command: &str,
+    argv: &[String],
+) -> Result<MPI_Comm> {
     let cstr = |s: &str| {
         std::ffi::CString::new(s).map_err(|_| Error::Grow(format!("{s:?} holds a NUL byte")))
     };
@@ -337,6 +363,7 @@ pub(crate) fn spawn(comm: MPI_Comm, count: usize, command: &str, argv: &[String]
     pointers.push(std::ptr::null_mut());
     let mut intercomm = unsafe { mpi::ffi::RSMPI_COMM_NULL };
     let mut codes = vec![0 as c_int; count];
+    SPAWNING.store(true, SeqCst);
     // SAFETY: NUL-terminated strings and a NULL-terminated argv that outlive the call, a live
     // communicator, and room for `count` error codes.
     let rc = unsafe {
@@ -351,6 +378,7 @@ pub(crate) fn spawn(comm: MPI_Comm, count: usize, command: &str, argv: &[String]
             codes.as_mut_ptr(),
         )
     };
+    SPAWNING.store(false, SeqCst);
     if rc != 0 || codes.iter().any(|&c| c != 0) {
         return Err(Error::Grow(format!(
             "MPI_Comm_spawn of {count} process(es) failed ({rc}, codes {codes:?})"

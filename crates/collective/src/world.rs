@@ -60,9 +60,10 @@ pub(crate) struct Mpi {
     tolerant: Option<Ranks>,
     /// Started by the survivors as a replacement ([`World::grow`]).
     joined: bool,
-    /// The intercommunicators between the survivors' job and their replacements' (addresses),
-    /// disconnected at the end so that each job ends on its own.
-    links: Vec<usize>,
+    /// Slots of the job's allocation that no process took yet (MPI_UNIVERSE_SIZE less the
+    /// ranks started and the replacements spawned): a lost process keeps its slot in Open MPI
+    /// 5, so only these can take a replacement. Rank 0's count is the world's.
+    spare: usize,
     /// `None` once finalizing is left out (after a shrink: see the `Drop`).
     universe: Option<Universe>,
 }
@@ -72,9 +73,10 @@ impl Drop for Mpi {
         // After a rank was lost, Open MPI 5.0.11's MPI_Finalize now and then never returns (the
         // survivors wait in it for each other, one run in four here). The survivors have agreed
         // on everything by then, so they meet on the shrunk world and leave MPI unfinalized;
-        // mpirun, started with ULFM, takes that as an ordinary exit. Replacements (`grow`)
-        // first disconnect from the survivors' job, and finalize: their job is not under ULFM's
-        // leave, and its unfinalized exit would count as abnormal.
+        // mpirun, started with ULFM, takes that as an ordinary exit. Replacements
+        // ([`World::grow`]) run as a job of their own, which is not under ULFM's leave: they
+        // free what they share with the survivors' job (the parent communicator here, the
+        // others as the fields drop) and finalize their own.
         let shrunk = self.tolerant.as_ref().is_some_and(|t| t.shrunk);
         if !shrunk {
             return;
@@ -82,18 +84,10 @@ impl Drop for Mpi {
         self.pump = None;
         self.grid = None;
         self.nodes = None;
-        if self.links.is_empty() {
-            self.comm.barrier();
+        self.comm.barrier();
+        if self.joined {
+            ulfm::leave_parent();
         } else {
-            let mut all: Vec<mpi::ffi::MPI_Comm> = vec![self.exit.as_raw(), self.comm.as_raw()];
-            all.extend(self.links.drain(..).map(|l| mpi::ffi::MPI_Comm(l as *mut _)));
-            for mut c in all {
-                // SAFETY: communicators of this process that span both jobs, disconnected in
-                // the same order on every process of both (rsmpi never frees them again).
-                unsafe { mpi::ffi::MPI_Comm_disconnect(&mut c) };
-            }
-        }
-        if !self.joined {
             std::mem::forget(self.universe.take());
         }
     }
@@ -214,14 +208,19 @@ impl World {
             }
             None => universe.world(),
         };
-        let joined = ulfm::parent().is_some();
+        let joined = parent.is_some();
+        let slots = universe.size().unwrap_or(0);
         ulfm::watch(comm.as_raw());
         let mut world = World::started_on(universe, comm)?;
         // A replacement exists because its world shrank: it leaves MPI as the survivors do.
         world.learn_ranks(joined)?;
         let m = world.mpi.as_deref_mut().expect("an MPI world");
         m.joined = joined;
-        m.links.extend(parent.map(|p| p.0 as usize));
+        m.spare = if joined {
+            0
+        } else {
+            slots.saturating_sub(m.size)
+        };
         if !detector.is_zero() {
             m.pump = Some(ulfm::Pump::start(ulfm::pump_period(detector)));
         }
@@ -248,7 +247,7 @@ impl World {
                 size,
                 tolerant: None,
                 joined: false,
-                links: Vec::new(),
+                spare: 0,
                 universe: Some(universe),
             })),
             torus_shape: None,
@@ -276,6 +275,20 @@ impl World {
         Ok(())
     }
 
+    /// How many replacements [`World::grow`] can place: rank 0's count of the allocation's
+    /// slots no process took yet (collective).
+    pub fn spare_slots(&self) -> Result<usize> {
+        let Some(m) = self.mpi.as_deref() else {
+            return Ok(0);
+        };
+        let mut bytes = (m.spare as u64).to_le_bytes().to_vec();
+        self.broadcast_bytes(&mut bytes)?;
+        let spare: [u8; 8] = bytes
+            .try_into()
+            .map_err(|_| Error::Grow("a bad slot count".into()))?;
+        Ok(u64::from_le_bytes(spare) as usize)
+    }
+
     /// Whether this process joined a running world as a replacement ([`World::grow`]).
     pub fn joined(&self) -> bool {
         self.mpi.as_ref().is_some_and(|m| m.joined)
@@ -284,8 +297,8 @@ impl World {
     /// The survivors start `count` replacements, `command argv…` (the same `lsgd-host run`),
     /// and take them into the world after themselves (collective over the survivors; the
     /// replacements' [`World::init_tolerant`] is the other half). The world's size grows by
-    /// `count`; sub-communicators are made again on first use.
-    pub fn grow(&mut self, count: usize, command: &str, argv: &[String]) -> Result<()> {
+    /// `count`; sub-communicators are made again on first use. Returns the replacements' hosts.
+    pub fn grow(&mut self, count: usize, command: &str, argv: &[String]) -> Result<Vec<String>> {
         let Some(m) = self.mpi.as_deref_mut().filter(|m| m.tolerant.is_some()) else {
             return Err(Error::Grow("the world is not fault tolerant".into()));
         };
@@ -293,8 +306,8 @@ impl World {
             let _busy = watchdog::enter(Op::SHRINK, None);
             ulfm::spawn(m.comm.as_raw(), count, command, argv)?
         };
+        m.spare = m.spare.saturating_sub(count);
         let merged = ulfm::merge(intercomm, false)?;
-        m.links.push(intercomm.0 as usize);
         let shrunk = m.tolerant.as_ref().is_some_and(|t| t.shrunk);
         ulfm::forget_all();
         m.grid = None;
@@ -312,7 +325,9 @@ impl World {
         if self.torus_shape.is_some_and(|s| s.0 * s.1 != self.size()) {
             self.torus_shape = None;
         }
-        Ok(())
+        let m = self.mpi.as_deref().expect("an MPI world");
+        let hosts = &m.tolerant.as_ref().expect("learnt above").hosts;
+        Ok(hosts[hosts.len() - count..].to_vec())
     }
 
     /// Whether collectives report lost ranks ([`World::init_tolerant`]).

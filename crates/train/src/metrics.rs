@@ -134,6 +134,25 @@ pub struct RankLostRecord {
     pub unix_s: f64,
 }
 
+/// `--grow-back` started replacements for lost ranks and the world grew back (written when the
+/// replacements have the state, before the step the grown world starts with).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct GrewBackRecord {
+    /// The first step on the grown world.
+    pub step: u64,
+    /// Ranks before.
+    pub world_size_before: u32,
+    /// Ranks after.
+    pub world_size_after: u32,
+    /// The replacements' hosts, in rank order.
+    pub hosts: Vec<String>,
+    /// Seconds from the decision to grow to the replacements resuming the state (their start,
+    /// libtorch and plugins included).
+    pub seconds: f64,
+    /// Seconds since the Unix epoch when it was written.
+    pub unix_s: f64,
+}
+
 /// A resume with `--allow-policy-change` continued the run with other policy plugins, other
 /// parameters or another `--epochs` (written when the resumed run opens its metrics).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -196,6 +215,9 @@ pub enum Record {
     /// A lost rank survived with `--fault-tolerance`.
     #[serde(rename = "rank-lost")]
     RankLost(RankLostRecord),
+    /// Replacements for lost ranks joined (`--grow-back`).
+    #[serde(rename = "grew-back")]
+    GrewBack(GrewBackRecord),
     /// A resume that changed the policies (`--allow-policy-change`).
     #[serde(rename = "policy-change")]
     PolicyChange(PolicyChangeRecord),
@@ -286,6 +308,13 @@ impl Record {
                     ("rank_lost/recover_s", r.recover_s),
                 ],
             ),
+            Record::GrewBack(g) => (
+                g.step,
+                vec![
+                    ("grew_back/world_size_after", f64::from(g.world_size_after)),
+                    ("grew_back/seconds", g.seconds),
+                ],
+            ),
             Record::PolicyChange(c) => {
                 // A marker at the step, whatever changed: a chart of it shows where.
                 let mut v = vec![
@@ -318,6 +347,7 @@ impl Record {
             Record::Restart(r) => r.resumed_step,
             Record::PolicyChange(c) => c.step,
             Record::RankLost(r) => r.step + 1,
+            Record::GrewBack(g) => g.step,
         }
     }
 }
@@ -517,7 +547,10 @@ impl MetricsWriter {
                     .as_bytes(),
                 )?,
                 // The CSV files hold the training only.
-                Record::Restart(_) | Record::PolicyChange(_) | Record::RankLost(_) => {}
+                Record::Restart(_)
+                | Record::PolicyChange(_)
+                | Record::RankLost(_)
+                | Record::GrewBack(_) => {}
             }
         }
         Ok(())

@@ -18,7 +18,7 @@ use tch::Tensor;
 
 use super::identity::identity;
 use super::{Metrics, Trainer};
-use crate::metrics::{self, MetricsWriter, RankLostRecord, Record};
+use crate::metrics::{self, GrewBackRecord, MetricsWriter, RankLostRecord, Record};
 use crate::model::Model;
 use crate::progress::Progress;
 use crate::{Error, Result};
@@ -34,6 +34,8 @@ pub(super) struct Survival {
     quiet: bool,
     /// Losses survived whose record waits for the end of the work redone after them.
     pending: Vec<Pending>,
+    /// Why MPI could not start replacements (`--grow-back` is not tried again).
+    cannot_grow: Option<String>,
 }
 
 struct Pending {
@@ -54,6 +56,7 @@ impl Survival {
             exchanged: None,
             quiet,
             pending: Vec::new(),
+            cannot_grow: None,
         }
     }
 
@@ -132,16 +135,35 @@ impl Trainer<'_> {
     /// the checkpoint, which they resume as a resume on the grown world would.
     fn grow_back(&mut self) -> Result<()> {
         let wanted = self.survival.first_size;
-        let grow = self.config.invocation.tolerance.as_ref().is_some_and(|t| t.grow_back);
+        let grow = self
+            .config
+            .invocation
+            .tolerance
+            .as_ref()
+            .is_some_and(|t| t.grow_back);
         let size = self.world.size();
-        if !grow || size >= wanted || self.clock.finished() {
+        if !grow || size >= wanted || self.clock.finished() || self.survival.cannot_grow.is_some() {
             return Ok(());
         }
         let began = Instant::now();
         let step = self.clock.step();
+        let spare = self.world.spare_slots()?;
+        if spare < wanted - size {
+            let why = format!(
+                "{spare} spare slot(s) for {} replacement(s): a lost process keeps its slot, so \
+                 give mpirun more slots than -np (a hostfile with spare hosts)",
+                wanted - size
+            );
+            self.progress.line(&format!(
+                "not growing back at step {step}: {why}; going on with {size} ranks"
+            ));
+            self.survival.cannot_grow = Some(why);
+            return Ok(());
+        }
         self.metrics.flush()?;
         let json = self.save("grow")?;
-        let exe = std::env::current_exe().map_err(Error::io("cannot locate the lsgd-host binary"))?;
+        let exe =
+            std::env::current_exe().map_err(Error::io("cannot locate the lsgd-host binary"))?;
         // Through env(1): the replacements load this process's libmpi (Open MPI 5's), whatever
         // mpirun hands a spawned job.
         let mut argv = vec![format!(
@@ -150,16 +172,37 @@ impl Trainer<'_> {
         )];
         argv.push(exe.display().to_string());
         argv.extend(std::env::args().skip(1));
-        self.world.grow(wanted - size, "env", &argv)?;
+        // MPI_Comm_spawn reports its failure to every survivor alike (no slot left, a missing
+        // binary): the run goes on with the ranks it has, as it would without --grow-back.
+        let hosts = match self.world.grow(wanted - size, "env", &argv) {
+            Err(lsgd_collective::Error::Grow(why)) if self.world.size() == size => {
+                self.progress.line(&format!(
+                    "could not grow back at step {step}: {why}; going on with {size} ranks"
+                ));
+                self.survival.cannot_grow = Some(why);
+                return Ok(());
+            }
+            grown => grown?,
+        };
         super::identity::same_plugins(self.world, &self.plugins)?;
         self.send_checkpoint(&json)?;
         self.clock.set_world_size(self.world.size() as u32);
+        let record = GrewBackRecord {
+            step,
+            world_size_before: size as u32,
+            world_size_after: self.world.size() as u32,
+            hosts,
+            seconds: began.elapsed().as_secs_f64(),
+            unix_s: crate::tensorboard::unix_s(),
+        };
         self.progress.line(&format!(
-            "grew back from {size} to {} ranks at step {step} in {:.2} s",
-            self.world.size(),
-            began.elapsed().as_secs_f64()
+            "grew back from {size} to {} ranks at step {step} in {:.2} s (on {})",
+            record.world_size_after,
+            record.seconds,
+            record.hosts.join(", ")
         ));
-        Ok(())
+        self.metrics.write(&Record::GrewBack(record))?;
+        self.metrics.flush()
     }
 
     /// Rank 0's checkpoint `json` and its tensors to every rank (a replacement writes them into
@@ -168,14 +211,24 @@ impl Trainer<'_> {
         let read = |p: &std::path::Path| {
             std::fs::read(p).map_err(Error::io(format!("cannot read {}", p.display())))
         };
-        let mut meta = if self.world.is_root() { read(json)? } else { Vec::new() };
+        let mut meta = if self.world.is_root() {
+            read(json)?
+        } else {
+            Vec::new()
+        };
         self.world.broadcast_bytes(&mut meta)?;
         let name: String = serde_json::from_slice::<serde_json::Value>(&meta)
             .ok()
             .and_then(|v| v["tensors"].as_str().map(String::from))
-            .ok_or_else(|| Error::Checkpoint("the checkpoint rank 0 sent names no tensors".into()))?;
+            .ok_or_else(|| {
+                Error::Checkpoint("the checkpoint rank 0 sent names no tensors".into())
+            })?;
         let dir = json.parent().unwrap_or(std::path::Path::new("."));
-        let mut tensors = if self.world.is_root() { read(&dir.join(&name))? } else { Vec::new() };
+        let mut tensors = if self.world.is_root() {
+            read(&dir.join(&name))?
+        } else {
+            Vec::new()
+        };
         self.world.broadcast_bytes(&mut tensors)?;
         Ok(vec![meta, name.into_bytes(), tensors])
     }
@@ -185,7 +238,8 @@ impl Trainer<'_> {
     pub(super) fn join(&mut self) -> Result<()> {
         let received = self.send_checkpoint(std::path::Path::new(""))?;
         let dir = std::env::temp_dir().join(format!("lsgd-join-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(Error::io(format!("cannot create {}", dir.display())))?;
         let name = String::from_utf8_lossy(&received[1]).into_owned();
         let write = |p: std::path::PathBuf, b: &[u8]| {
             std::fs::write(&p, b).map_err(Error::io(format!("cannot write {}", p.display())))

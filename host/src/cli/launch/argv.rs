@@ -66,6 +66,8 @@ pub(super) struct Job {
     pub(super) fault_tolerance: bool,
     /// Whether the run's flags name `--min-np`.
     pub(super) min_np_given: bool,
+    /// `--grow-back`: the job starts replacements for lost ranks itself.
+    pub(super) grow_back: bool,
 }
 
 impl Job {
@@ -117,6 +119,7 @@ impl Job {
                 .context("run has --collective-timeout")?,
             fault_tolerance: m.get_flag("fault_tolerance"),
             min_np_given: m.value_source("min_np") == Some(clap::parser::ValueSource::CommandLine),
+            grow_back: m.get_flag("grow_back"),
         })
     }
 }

@@ -4,6 +4,10 @@
 //! started again on the ranks that are left, from the newest valid checkpoint in its `--out`
 //! directory, and the restart is recorded in `OUT/metrics.jsonl`.
 //!
+//! A job run with `--fault-tolerance` survives lost ranks itself and, with `--grow-back` (which
+//! `launch` passes unless told `--no-grow-back`), starts replacements for them; a restart is
+//! then the fallback for the job that ends all the same.
+//!
 //! `--min-np` follows Horovod: it defaults to `-np`, and a job left with fewer ranks does not
 //! go on. Horovod would wait for new hosts up to `--elastic-timeout`; `launch` has no host
 //! discovery, so it stops at once, saying how to resume. A failure without a lost rank (a
@@ -60,6 +64,10 @@ pub struct LaunchArgs {
     /// `--mpirun-arg=--mca --mpirun-arg=btl --mpirun-arg=self,vader`).
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     mpirun_arg: Vec<String>,
+    /// With `run --fault-tolerance`: do not pass `--grow-back` to the run, so that its survivors
+    /// go on with fewer ranks instead of starting replacements for the lost ones.
+    #[arg(long)]
+    no_grow_back: bool,
     /// The mpirun to run (default: `mpirun`; for `run --fault-tolerance`, Open MPI 5's, from
     /// `$LSGD_OMPI5`, which `scripts/setup.sh` installs).
     #[arg(long, value_name = "PATH")]
@@ -88,6 +96,12 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
     let mut run = job.run.clone();
     if job.fault_tolerance && !job.min_np_given {
         run.extend(["--min-np".into(), min_np.to_string().into()]);
+    }
+    // Replacements started inside the job instead of a restart: the survivors spawn them at
+    // the next step boundary (run --grow-back); a restart stays the fallback for a job that
+    // ends anyway (below --min-np, or Open MPI ending it).
+    if job.fault_tolerance && !job.grow_back && !args.no_grow_back {
+        run.push("--grow-back".into());
     }
     let mut np = args.np;
     let mut restarts = 0;
