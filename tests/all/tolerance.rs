@@ -284,6 +284,46 @@ fn fault_tolerance_says_what_it_needs() {
     assert!(stderr(&o).contains("--fault-tolerance"), "{}", stderr(&o));
 }
 
+#[test]
+fn launch_takes_a_fault_tolerant_run_that_reached_its_end_as_done_whatever_mpirun_says() {
+    // Open MPI 5 may report at the job's end what ULFM survived in it (a spawn that found no
+    // slot: status 213). An mpirun that says so after the run's last checkpoint is written:
+    // launch must not restart the finished run.
+    let Some(_) = ulfm_mpirun() else { return };
+    let prefix = std::path::PathBuf::from(std::env::var_os("LSGD_OMPI5").unwrap());
+    let fake = scratch("ft-launch-213");
+    std::fs::create_dir_all(fake.join("bin")).unwrap();
+    std::os::unix::fs::symlink(prefix.join("lib"), fake.join("lib")).unwrap();
+    let mpirun = fake.join("bin/mpirun");
+    std::fs::write(
+        &mpirun,
+        format!(
+            "#!/bin/sh\n'{}' \"$@\" || exit $?\nexit 213\n",
+            prefix.join("bin/mpirun").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&mpirun, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = scratch("ft-launch-213-run");
+    let mpirun_flag = format!("--mpirun={}", mpirun.display());
+    let mut args = vec![
+        "launch",
+        "-np",
+        "2",
+        &mpirun_flag,
+        "--mpirun-arg=--oversubscribe",
+        "--",
+    ];
+    let run = job(&out, &["--fault-tolerance"]);
+    args.extend(run.iter().map(String::as_str));
+    let o = lsgd(&args);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("after the run reached its end"), "{err}");
+    assert!(restarts(&out).is_empty(), "{err}");
+}
+
 /// A 3-rank run with `--grow-back` that loses `lose` (`R@K[:stop]`) redoes step K on 2 ranks,
 /// grows back to 3 after it, and ends with the weights of the same run stopped before step K,
 /// resumed on 2 ranks for step K, then resumed on 3.

@@ -123,7 +123,17 @@ pub fn run(args: LaunchArgs) -> Result<bool> {
                 grace.as_secs_f64()
             );
         }
-        let unfinished = a.status.success() && job.fault_tolerance && !restart::ended(&job.out);
+        let reached_end = job.fault_tolerance && restart::ended(&job.out);
+        if !a.status.success() && reached_end {
+            // Open MPI 5 reports at the job's end what ULFM survived in it: a replacement's job
+            // that lost a rank, a spawn that found no slot.
+            eprintln!(
+                "launch: mpirun exited with {} after the run reached its end (its last checkpoint is written); the job is complete",
+                a.status
+            );
+            return Ok(true);
+        }
+        let unfinished = a.status.success() && job.fault_tolerance && !reached_end;
         if unfinished {
             // PRRTE ends the whole job when a daemon dies while its network lives (its
             // connections close), whatever ULFM could do, and still exits 0.
