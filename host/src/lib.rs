@@ -16,7 +16,7 @@
 //! - [`cli`]: the command line.
 
 pub use lsgd_collective as collective;
-pub use lsgd_runtime::{codec, compare, plugin, policy, trace};
+pub use lsgd_runtime::{codec, compare, exchange, plugin, policy, trace};
 pub use lsgd_train as train;
 pub use lsgd_train::{data, model, optim, precision};
 

@@ -1,83 +1,73 @@
 //! Codec plugins outside training: a single-rank round trip decode(encode(x)) through the
-//! sandbox, the same for a native `lsgd_codec` codec, and the reproducible buckets that
-//! `compare` and `bench codecs` feed both.
+//! sandbox or a native `lsgd_codec` codec (the one exchange, [`crate::exchange`], over a single
+//! rank), and the reproducible buckets that `compare` and `bench codecs` feed both.
 
 use lsgd_codec::rng::{Rng, mix};
 use lsgd_codec::{Combine, DynCodec, Meta, Properties, TensorSlice};
 
+use crate::Result;
+use crate::exchange::{BucketCodec, Native, Own, Plan, SingleRank, Stop, exchange};
 use crate::plugin::{Plugin, PluginError};
-use crate::{Error, Result};
 
 /// The payloads (one per round) and the reconstruction of one bucket.
 pub type RoundTrip = (Vec<Vec<u8>>, Vec<f32>);
 
-/// decode(encode(data)) through a codec plugin, as on a single rank (each round's own payload
-/// stands in for the combined one, as in `lsgd_codec::round_trip`).
-pub fn round_trip(codec: &mut Plugin, meta: &Meta, data: &[f32]) -> Result<RoundTrip, PluginError> {
-    let rounds = codec.properties()?.rounds.max(1);
-    let mut m = meta.clone();
-    let mut payloads = Vec::with_capacity(rounds as usize);
-    for r in 0..rounds {
-        m.round = r;
-        let p = codec.encode(&m, data, &payloads)?;
-        payloads.push(p);
-    }
-    let out = codec.decode(&m, &payloads)?;
-    Ok((payloads, out))
+/// One single-rank step of a codec: its exchange over [`SingleRank`] (each round's own payload
+/// stands in for the combined one), from `meta.state`. Returns the round trip and, for a
+/// stateful codec (contract 0.4), the bucket's next state (empty for a codec that keeps none):
+/// what `compare` and `bench codecs` run, so that a stateful codec pays for its state.
+pub fn single_rank<C: BucketCodec>(
+    codec: &mut C,
+    properties: Properties,
+    meta: &Meta,
+    data: &[f32],
+) -> Result<(RoundTrip, Vec<u8>), C::Error> {
+    let plan = Plan {
+        properties,
+        own: Own::Skip,
+        failed: false,
+    };
+    let done = match exchange(codec, &mut SingleRank, meta, data, plan) {
+        Ok(done) => done,
+        Err(Stop::Codec { here: Some(e), .. }) => return Err(e),
+        Err(Stop::Move(never)) => match never {},
+        Err(_) => unreachable!("a single rank cannot disagree with itself"),
+    };
+    let decoded = done.decoded?;
+    Ok((
+        (done.payloads, decoded.sum),
+        decoded.next.unwrap_or_default(),
+    ))
 }
 
-/// One single-rank step of a codec: [`round_trip`] from `meta.state`, then, for a stateful
-/// codec (contract 0.4), `next-state` of its payloads. Returns the round trip and the bucket's
-/// next state (empty for a codec that keeps none): what `bench codecs` times, so that a
-/// stateful codec pays for its state.
+/// decode(encode(data)) through a codec plugin, as on a single rank ([`single_rank`] without
+/// the next state).
+pub fn round_trip(codec: &mut Plugin, meta: &Meta, data: &[f32]) -> Result<RoundTrip, PluginError> {
+    step(codec, meta, data).map(|(trip, _)| trip)
+}
+
+/// [`single_rank`] for a plugin.
 pub fn step(
     codec: &mut Plugin,
     meta: &Meta,
     data: &[f32],
 ) -> Result<(RoundTrip, Vec<u8>), PluginError> {
     let properties = codec.properties()?;
-    let trip = round_trip(codec, meta, data)?;
-    let next = match properties.stateful {
-        true => codec.next_state(&last_round(meta, properties), &trip.0)?,
-        false => Vec::new(),
-    };
-    Ok((trip, next))
+    single_rank(codec, properties, meta, data)
 }
 
-/// [`step`] for a native codec.
+/// [`single_rank`] for a native codec; its error ([`crate::Error::Native`]) names the codec.
 pub fn native_step(
     codec: &dyn DynCodec,
     meta: &Meta,
     data: &[f32],
 ) -> Result<(RoundTrip, Vec<u8>)> {
-    let properties = codec.properties();
-    let trip = native_round_trip(codec, meta, data)?;
-    let next = match properties.stateful {
-        true => codec
-            .next_state(&last_round(meta, properties), &trip.0)
-            .map_err(|message| Error::Native {
-                name: codec.info().name,
-                message,
-            })?,
-        false => Vec::new(),
-    };
-    Ok((trip, next))
+    single_rank(&mut Native(codec), codec.properties(), meta, data)
 }
 
-/// `meta` at the codec's last round, as `decode` and `next-state` see it.
-fn last_round(meta: &Meta, properties: Properties) -> Meta {
-    Meta {
-        round: properties.rounds.max(1) - 1,
-        ..meta.clone()
-    }
-}
-
-/// The same for a native codec; its error ([`Error::Native`]) names the codec.
+/// [`round_trip`] for a native codec.
 pub fn native_round_trip(codec: &dyn DynCodec, meta: &Meta, data: &[f32]) -> Result<RoundTrip> {
-    lsgd_codec::round_trip(codec, meta, data).map_err(|message| Error::Native {
-        name: codec.info().name,
-        message,
-    })
+    native_step(codec, meta, data).map(|(trip, _)| trip)
 }
 
 /// The metadata of bucket `bucket` (of `len` floats, holding `tensors`) at `step` on `rank`, as

@@ -6,6 +6,8 @@
 //!   versions);
 //! - [`policy`]: the training clock that produces each step's `train-state`, and the set of
 //!   policies consulted at every step, with output checks;
+//! - [`exchange`]: one bucket's exchange through a codec over any ranks' collectives (the
+//!   trainer's, PyTorch's, or a single rank's);
 //! - [`codec`]: codec plugins outside training: round trips and sample buckets;
 //! - [`trace`]: policy outputs over a whole run without training (`lsgd-host trace`);
 //! - [`compare`]: two plugins over the same states (`lsgd-host compare`), or two codecs over
@@ -16,6 +18,7 @@
 pub mod codec;
 pub mod compare;
 pub mod error;
+pub mod exchange;
 pub mod plugin;
 pub mod policy;
 pub mod trace;

@@ -27,7 +27,8 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::stats::median;
-use crate::codec::{native_step, sample_bucket, step};
+use crate::codec::{native_step, sample_bucket, single_rank, step};
+use crate::exchange::BucketCodec;
 use crate::plugin::runtime::Metering;
 use crate::plugin::{EngineOptions, Plugin, PluginError, Runtime};
 use lsgd_codec::{DynCodec, Meta};
@@ -287,23 +288,47 @@ impl Builds {
 /// A round trip through `codec` (as [`crate::codec::round_trip`]) that returns the most fuel one of its
 /// calls used per float it handled; 0 when its engine does not count fuel.
 fn fuel_round_trip(codec: &mut Plugin, meta: &Meta, data: &[f32]) -> Result<f64, PluginError> {
-    let rounds = codec.properties()?.rounds.max(1);
-    let mut m = meta.clone();
-    let mut payloads: Vec<Vec<u8>> = Vec::new();
-    let mut most = 0.0f64;
-    let handled = |payloads: &[Vec<u8>], floats: usize| {
-        (floats + payloads.iter().map(Vec::len).sum::<usize>() / 4) as f64
-    };
-    for r in 0..rounds {
-        m.round = r;
-        let p = codec.encode(&m, data, &payloads)?;
-        let per_float = codec.last_fuel().unwrap_or(0) as f64 / handled(&payloads, data.len());
-        most = most.max(per_float);
-        payloads.push(p);
+    let properties = codec.properties()?;
+    let mut fuel = Fuel { codec, most: 0.0 };
+    single_rank(&mut fuel, properties, meta, data)?;
+    Ok(fuel.most)
+}
+
+/// A codec whose `encode` and `decode` note the fuel they used per float handled (the bucket's
+/// and the payloads' they were given).
+struct Fuel<'a> {
+    codec: &'a mut Plugin,
+    most: f64,
+}
+
+impl Fuel<'_> {
+    fn note(&mut self, floats: usize, payloads: &[Vec<u8>]) {
+        let handled = (floats + payloads.iter().map(Vec::len).sum::<usize>() / 4) as f64;
+        let per_float = self.codec.last_fuel().unwrap_or(0) as f64 / handled;
+        self.most = self.most.max(per_float);
     }
-    codec.decode(&m, &payloads)?;
-    let per_float = codec.last_fuel().unwrap_or(0) as f64 / handled(&payloads, data.len());
-    Ok(most.max(per_float))
+}
+
+impl BucketCodec for Fuel<'_> {
+    type Error = PluginError;
+    fn encode(
+        &mut self,
+        meta: &Meta,
+        data: &[f32],
+        agreed: &[Vec<u8>],
+    ) -> Result<Vec<u8>, PluginError> {
+        let payload = self.codec.encode(meta, data, agreed)?;
+        self.note(data.len(), agreed);
+        Ok(payload)
+    }
+    fn decode(&mut self, meta: &Meta, payloads: &[Vec<u8>]) -> Result<Vec<f32>, PluginError> {
+        let out = self.codec.decode(meta, payloads)?;
+        self.note(meta.len as usize, payloads);
+        Ok(out)
+    }
+    fn next_state(&mut self, meta: &Meta, agreed: &[Vec<u8>]) -> Result<Vec<u8>, PluginError> {
+        self.codec.next_state(meta, agreed)
+    }
 }
 
 /// The median time of copying `bytes` bytes into a buffer whose pages are already mapped, as

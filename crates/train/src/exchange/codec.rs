@@ -1,13 +1,11 @@
 //! The gradient exchange through a codec plugin (`--codec`), with the host's error feedback
 //! (`--error-feedback`, [`super::feedback`]).
 //!
-//! For each bucket and round the codec encodes this rank's data; the host then moves the
-//! payloads as the codec declared:
-//!
-//! - `sum(element)`: one all-reduce of the payloads in that element type with `--allreduce`,
-//!   then one `decode` of the sum;
-//! - `gather`: an all-gather of every rank's payload, a `decode` of each, and a sum of the
-//!   decoded floats in rank order (so every rank adds the same numbers in the same order).
+//! Each bucket goes through the one exchange ([`lsgd_runtime::exchange`]: the rounds, the
+//! length agreement, the sum or gather, the decodes, the next codec state) over the world, a
+//! summed payload all-reduced with `--allreduce`. What is the trainer's is here: the buckets'
+//! metadata and seeds, the error-feedback memory, the codec state between steps, and the
+//! errors, which name the codec, the step, the bucket and the round.
 //!
 //! Error feedback is GRACE's residual memory: p = g + e; c = C(p); e ← p − D(c), where D(c) is
 //! the decode of this rank's own payload (or, in `mean` mode, PyTorch's e ← p − D(Σ)/k); or
@@ -15,14 +13,12 @@
 //! it where the payload sent ([`Memory`]). Its state is per bucket and per rank, and goes into
 //! every checkpoint. A stateful codec's own state (contract 0.4) is per bucket and the same on
 //! every rank ([`Carried`]); `next-state` is called after each bucket's decode.
-//!
-//! Before each collective the ranks agree on every payload's length (and on any fault), so a
-//! codec that misbehaves on one rank stops all ranks with an error instead of a hang.
 
 use lsgd_codec::wire::{f32s_from_le, put_f32s};
-use lsgd_codec::{Combine, Meta, Properties};
-use lsgd_collective::{Agreement, Algorithm, World};
+use lsgd_codec::{Element, Meta, Properties};
+use lsgd_collective::{Agreement, Algorithm, Traffic, World};
 use lsgd_runtime::codec::{bucket_meta, check_properties};
+use lsgd_runtime::exchange::{Decoded, Lengths, Mover, Own, Plan, Stop, exchange};
 use lsgd_runtime::plugin::{Plugin, PluginError};
 use tch::{Kind, Tensor};
 
@@ -57,40 +53,38 @@ pub struct Compressor {
     label: String,
 }
 
-/// How one bucket's exchange ended on this rank.
-enum Outcome {
-    /// The sum over ranks, this rank's own reconstruction (empty without error feedback) and,
-    /// for a stateful codec, the bucket's state for the next step.
-    Done {
-        sum: Vec<f32>,
-        own: Vec<f32>,
-        next: Option<Vec<u8>>,
-    },
-    /// A decode failed here, after the bucket's collectives: carry on to the next agreement.
-    Skipped,
-}
-
-/// What one exchange talks to: the ranks, the collective algorithm and the codec.
+/// The trainer's collectives for the one exchange ([`lsgd_runtime::exchange`]): the world,
+/// with `--allreduce`'s algorithm for summed payloads, and the traffic they made.
 struct Link<'a> {
     world: &'a mut World,
     algo: Algorithm,
-    codec: &'a mut Plugin,
+    traffic: Traffic,
 }
 
-/// One exchange's running totals on this rank, and the codec fault it met, if any.
-#[derive(Default)]
-struct Tally {
-    out: Exchanged,
-    failed: Option<PluginError>,
-}
-
-/// What the rounds of one bucket moved: the combined payloads of a summable codec, or every
-/// rank's payload of a gathered one, and this rank's last own payload.
-#[derive(Default)]
-struct Moved {
-    agreed: Vec<Vec<u8>>,
-    gathered: Vec<Vec<u8>>,
-    own_last: Vec<u8>,
+impl Mover for Link<'_> {
+    type Error = lsgd_collective::Error;
+    fn rank(&self) -> usize {
+        self.world.rank()
+    }
+    fn size(&self) -> usize {
+        self.world.size()
+    }
+    fn agree_lengths(&mut self, mine: Option<u64>) -> lsgd_collective::Result<Lengths> {
+        Ok(match self.world.agree_lengths(mine)? {
+            Agreement::Lengths(lengths) => Lengths::Agreed(lengths),
+            Agreement::Failed { rank } => Lengths::Failed { rank },
+        })
+    }
+    fn sum(&mut self, element: Element, payload: &[u8]) -> lsgd_collective::Result<Vec<u8>> {
+        let (sum, t) = self.world.all_reduce_payload(self.algo, element, payload)?;
+        self.traffic += t;
+        Ok(sum)
+    }
+    fn gather(&mut self, payload: &[u8]) -> lsgd_collective::Result<Vec<Vec<u8>>> {
+        let (all, t) = self.world.all_gather_bytes(payload)?;
+        self.traffic += t;
+        Ok(all)
+    }
 }
 
 impl Compressor {
@@ -157,17 +151,31 @@ impl Compressor {
         step: u64,
     ) -> Result<Exchanged> {
         let _guard = tch::no_grad_guard();
-        let mut link = Link { world, algo, codec };
-        let mut tally = Tally::default();
+        let mut link = Link {
+            world,
+            algo,
+            traffic: Traffic::default(),
+        };
+        let mut out = Exchanged::default();
+        // A decode that failed here, told to the others at the next agreement.
+        let mut failed: Option<PluginError> = None;
         let mut staged = Vec::with_capacity(buckets.len());
         let mut next_states = Vec::with_capacity(buckets.len());
         for (b, bucket) in buckets.iter().enumerate() {
             let mut data = bucket.gather(weights)?;
             let velocity = self.memory.as_ref().map(|m| m.compensate(b, &mut data));
-            tally.out.floats += data.len() as u64;
+            out.floats += data.len() as u64;
             let meta = self.meta(bucket, b, step, link.world.rank());
-            match self.bucket(&mut link, meta, &data, &mut tally)? {
-                Outcome::Done { sum, own, next } => {
+            let plan = Plan {
+                properties: self.properties,
+                own: self.own(),
+                failed: failed.is_some(),
+            };
+            let done = exchange(codec, &mut link, &meta, &data, plan)
+                .map_err(|stop| self.stopped(stop, failed.take(), &meta))?;
+            out.payload_bytes += done.payloads.iter().map(|p| p.len() as u64).sum::<u64>();
+            match done.decoded {
+                Ok(Decoded { sum, own, next }) => {
                     if let (Some(m), Some(u)) = (&self.memory, velocity) {
                         staged.push(m.settle(&data, &own, u));
                     }
@@ -175,12 +183,12 @@ impl Compressor {
                     bucket.scatter(weights, &sum);
                 }
                 // The next agreement (a later bucket's, or the final one) tells the others.
-                Outcome::Skipped => continue,
+                Err(e) => failed = Some(e),
             }
         }
+        out.traffic = link.traffic;
         // A decode that failed only here (the own payload, for the residual) must stop every
         // rank, as must one in the last bucket, which no later agreement would see.
-        let Tally { out, failed } = tally;
         match (link.world.agree_failure(failed.is_some())?, failed) {
             (_, Some(e)) => return Err(Error::Plugin(e)),
             (Some(r), None) => {
@@ -200,6 +208,44 @@ impl Compressor {
         Ok(out)
     }
 
+    /// Error feedback's reconstruction of this rank's share: the decode of its own payload,
+    /// or in `mean` mode the sum divided by the ranks; none without error feedback.
+    fn own(&self) -> Own {
+        match (&self.memory, self.error_feedback) {
+            (None, _) => Own::Skip,
+            (Some(_), ErrorFeedback::Mean) => Own::Mean,
+            (Some(_), _) => Own::Decode,
+        }
+    }
+
+    /// The error a bucket's exchange stopped every rank with; `pending` is this rank's decode
+    /// fault of an earlier bucket, if it had one.
+    fn stopped(
+        &self,
+        stop: Stop<lsgd_collective::Error, PluginError>,
+        pending: Option<PluginError>,
+        meta: &Meta,
+    ) -> Error {
+        match stop {
+            Stop::Move(e) => Error::Collective(e),
+            Stop::Codec { rank, round, here } => match here.or(pending) {
+                Some(e) => Error::Plugin(e),
+                None => Error::Exchange(format!(
+                    "codec {} failed on rank {rank} at step {} (bucket {}, round {round}); see that rank's error",
+                    self.label, meta.step, meta.bucket
+                )),
+            },
+            Stop::Lengths {
+                round,
+                lengths,
+                element,
+            } => Error::Exchange(format!(
+                "codec {} at step {} (bucket {}, round {round}): a summable payload must have the same length on every rank and hold whole {element:?} elements, but the lengths are {lengths:?}",
+                self.label, meta.step, meta.bucket
+            )),
+        }
+    }
+
     /// Puts back the error-feedback state and the codec's own state from before the last
     /// exchange (once).
     pub fn rollback(&mut self) {
@@ -208,163 +254,6 @@ impl Compressor {
         }
         if let Some(c) = &mut self.carried {
             c.rollback();
-        }
-    }
-
-    /// Encodes, moves and decodes one bucket. A rank that has failed still takes part in the
-    /// length agreement, so that the other ranks stop with it.
-    fn bucket(
-        &self,
-        link: &mut Link,
-        mut meta: Meta,
-        data: &[f32],
-        tally: &mut Tally,
-    ) -> Result<Outcome> {
-        let mut moved = Moved::default();
-        for round in 0..self.properties.rounds {
-            meta.round = round;
-            self.round(link, &meta, data, &mut moved, tally)?;
-        }
-        // What every rank received, for a stateful codec's `next-state`.
-        let received = match (self.carried.is_some(), self.properties.combine) {
-            (false, _) => None,
-            (true, Combine::Sum(_)) => Some(moved.agreed.clone()),
-            (true, Combine::Gather) => Some(moved.gathered.clone()),
-        };
-        let ranks = link.world.size();
-        let done = self
-            .decode(link.codec, &meta, moved, link.world.rank(), ranks)
-            .and_then(|(sum, own)| {
-                let next = received
-                    .map(|agreed| link.codec.next_state(&meta, &agreed))
-                    .transpose()?;
-                Ok(Outcome::Done { sum, own, next })
-            });
-        Ok(done.unwrap_or_else(|e| {
-            tally.failed = Some(e);
-            Outcome::Skipped
-        }))
-    }
-
-    /// One round of one bucket: encode (unless this rank already failed), agree on the
-    /// lengths, then all-reduce or all-gather the payloads.
-    fn round(
-        &self,
-        link: &mut Link,
-        meta: &Meta,
-        data: &[f32],
-        moved: &mut Moved,
-        tally: &mut Tally,
-    ) -> Result<()> {
-        let mine = match tally.failed {
-            Some(_) => None,
-            None => link
-                .codec
-                .encode(meta, data, &moved.agreed)
-                .map_err(|e| tally.failed = Some(e))
-                .ok(),
-        };
-        let lens = match link
-            .world
-            .agree_lengths(mine.as_ref().map(|p| p.len() as u64))?
-        {
-            Agreement::Lengths(lens) => lens,
-            Agreement::Failed { rank } => {
-                return Err(match tally.failed.take() {
-                    Some(e) => Error::Plugin(e),
-                    None => Error::Exchange(format!(
-                        "codec {} failed on rank {rank} at step {} (bucket {}, round {}); see that rank's error",
-                        self.label, meta.step, meta.bucket, meta.round
-                    )),
-                });
-            }
-        };
-        let mine = mine.expect("no rank failed");
-        tally.out.payload_bytes += mine.len() as u64;
-        match self.properties.combine {
-            Combine::Sum(element) => {
-                if lens.iter().any(|l| *l != lens[0])
-                    || !(lens[0] as usize).is_multiple_of(element.size())
-                {
-                    return Err(Error::Exchange(format!(
-                        "codec {} at step {} (bucket {}, round {}): a summable payload must have the same length on every rank and hold whole {element:?} elements, but the lengths are {lens:?}",
-                        self.label, meta.step, meta.bucket, meta.round
-                    )));
-                }
-                let (sum, t) = link.world.all_reduce_payload(link.algo, element, &mine)?;
-                tally.out.traffic += t;
-                moved.agreed.push(sum);
-                moved.own_last = mine;
-            }
-            Combine::Gather => {
-                let (all, t) = link.world.all_gather_bytes(&mine)?;
-                tally.out.traffic += t;
-                moved.gathered = all;
-            }
-        }
-        Ok(())
-    }
-
-    /// Decodes what the rounds moved into the sum over ranks and (with error feedback, or for
-    /// a gathered codec) this rank's own reconstruction: the decode of its own payload, or in
-    /// `mean` mode the sum divided by the `ranks`.
-    fn decode(
-        &self,
-        codec: &mut Plugin,
-        meta: &Meta,
-        moved: Moved,
-        rank: usize,
-        ranks: usize,
-    ) -> Result<(Vec<f32>, Vec<f32>), PluginError> {
-        let (sum, own) = self.sum_and_own(codec, meta, moved, rank)?;
-        if self.error_feedback == ErrorFeedback::Mean {
-            let k = ranks as f32;
-            let mean = sum.iter().map(|x| x / k).collect();
-            return Ok((sum, mean));
-        }
-        Ok((sum, own))
-    }
-
-    /// The sum over ranks and the decode of this rank's own payload (empty unless error
-    /// feedback other than `mean` needs it or the codec is gathered, which decodes it anyway).
-    fn sum_and_own(
-        &self,
-        codec: &mut Plugin,
-        meta: &Meta,
-        moved: Moved,
-        rank: usize,
-    ) -> Result<(Vec<f32>, Vec<f32>), PluginError> {
-        let Moved {
-            mut agreed,
-            gathered,
-            own_last,
-        } = moved;
-        match self.properties.combine {
-            Combine::Sum(_) => {
-                let sum = codec.decode(meta, &agreed)?;
-                let own = if self.memory.is_some() && self.error_feedback != ErrorFeedback::Mean {
-                    agreed.pop();
-                    agreed.push(own_last);
-                    codec.decode(meta, &agreed)?
-                } else {
-                    Vec::new()
-                };
-                Ok((sum, own))
-            }
-            Combine::Gather => {
-                let mut sum = vec![0.0f32; meta.len as usize];
-                let mut own = Vec::new();
-                for (r, p) in gathered.into_iter().enumerate() {
-                    let v = codec.decode(meta, std::slice::from_ref(&p))?;
-                    for (s, x) in sum.iter_mut().zip(&v) {
-                        *s += x;
-                    }
-                    if r == rank {
-                        own = v;
-                    }
-                }
-                Ok((sum, own))
-            }
         }
     }
 
