@@ -461,7 +461,7 @@ fn the_network_study_brings_the_lab_up_calibrates_it_and_reports_time_to_accurac
 const TOLERANT_STEPS: u64 = 125;
 
 /// `run --fault-tolerance` of the mlp on 3 ranks, long enough to lose one mid-run (a few
-/// seconds on the lab), ULFM's failure detector at 3 s.
+/// seconds on the lab), ULFM's failure detector at 6 s.
 fn tolerant_job(out: &Path) -> Vec<String> {
     let flags = [
         "run",
@@ -484,8 +484,10 @@ fn tolerant_job(out: &Path) -> Vec<String> {
         "--seed",
         "3",
         "--fault-tolerance",
+        // 6 s: these tests run beside the rest of the suite, and on two loaded cores a live
+        // rank went 3 s without a heartbeat (a false loss).
         "--collective-timeout",
-        "3",
+        "6",
     ];
     with_out(&flags, out, &[])
 }
@@ -527,6 +529,20 @@ fn processes_on(host: &str) -> Vec<String> {
         .collect()
 }
 
+/// SIGKILLs the `lsgd-host` processes on lab host `host`, leaving its MPI daemon and network.
+fn kill_ranks_on(host: &str) {
+    let o = Command::new("ip")
+        .args(["netns", "pids", &format!("lsgdtest-{host}")])
+        .output()
+        .unwrap();
+    for pid in stdout(&o).split_whitespace() {
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if name.trim() == "lsgd-host" {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+        }
+    }
+}
+
 /// A fault-tolerant job with one rank on each of h1, h2, h3 under `run --ulfm`; after 10 steps
 /// the test does `fault` (`crash` or `cut`) to h3. h1 and h2 go on without a restart: mpirun
 /// exits 0, one rank-lost record names rank 2 on h3, every step is recorded once and the
@@ -539,8 +555,9 @@ fn a_fault_tolerant_run_survives(fault: &str) {
     let dir = scratch(&format!("netlab-ft-{fault}"));
     let out = dir.join("run");
     let started = Instant::now();
-    // --grow-back with no spare slot (three hosts, one slot each): no replacement can be
-    // placed, and the survivors say so and go on as they would without it.
+    // --grow-back: h3's rank fell silent and its host may be gone, so the survivors do not
+    // spawn (a spawn reaching a lost daemon ends the job in Open MPI 5.0.11); they say so and
+    // go on as they would without it.
     let mut job = tolerant_job(&out);
     job.push("--grow-back".into());
     let mut c = lab.spawn_ulfm(3, &job, &dir);
@@ -561,7 +578,8 @@ fn a_fault_tolerant_run_survives(fault: &str) {
     assert!(restarts(&out).is_empty(), "{fault}: a restart\n{err}");
     let l = the_loss_of_rank_2_on_h3(fault, &out, &err);
     assert!(growths(&out).is_empty(), "{fault}: grew back\n{err}");
-    assert!(err.contains("not growing back"), "{fault}: {err}");
+    assert!(err.contains("not growing back at step"), "{fault}: {err}");
+    assert!(err.contains("rank 2 on h3 fell silent"), "{fault}: {err}");
     only_h1_wrote(fault, &out);
     assert!(
         !left_on_h3.iter().any(|p| p == "lsgd-host"),
@@ -608,10 +626,10 @@ fn the_loss_of_rank_2_on_h3(fault: &str, out: &Path, err: &str) -> RankLostRecor
         err.contains("lost rank(s) [2] on h3"),
         "{fault}: the loss is not named:\n{err}"
     );
-    // A silent rank is found by the failure detector's timeout (3 s); the busy machine may add
+    // A silent rank is found by the failure detector's timeout (6 s); the busy machine may add
     // some, a hang would add far more.
     assert!(
-        l.detect_s < 10.0 && l.recover_s < 10.0,
+        l.detect_s < 15.0 && l.recover_s < 10.0,
         "{fault}: detected after {:.1} s, recovered after {:.1} s",
         l.detect_s,
         l.recover_s
@@ -656,9 +674,10 @@ fn a_fault_tolerant_run_survives_a_cut_link() {
 }
 
 #[test]
-fn a_fault_tolerant_run_grows_back_on_a_spare_host_after_a_host_death() {
-    // Four hosts, three ranks: after h3 crashes, h1 and h2 redo the step, then start a
-    // replacement (`--grow-back`), which Open MPI places on h4, the one free slot.
+fn a_fault_tolerant_run_grows_back_on_a_spare_host_after_a_killed_rank() {
+    // Four hosts, three ranks: h3's rank is killed (its host and MPI daemon live on); h1 and h2
+    // redo the step, then start a replacement (`--grow-back`), which Open MPI places on h4, the
+    // one free slot. (After a host death they do not: see the crash test.)
     let Some(lab) = Lab::up_for_ulfm(4, &["--rate", "1gbit"]) else {
         return;
     };
@@ -668,14 +687,13 @@ fn a_fault_tolerant_run_grows_back_on_a_spare_host_after_a_host_death() {
     job.push("--grow-back".into());
     let mut c = lab.spawn_ulfm(3, &job, &dir);
     await_steps(&mut c, &dir, &out, 10);
-    lab.lab(&["crash", "h3"]);
+    kill_ranks_on("h3");
     let (code, err) = finish(&mut c, &dir, Duration::from_secs(150));
-    lab.lab(&["mend", "h3"]);
     let printed = std::fs::read_to_string(dir.join("stdout")).unwrap_or_default();
     assert_eq!(code, Some(0), "mpirun failed:\n{printed}\n{err}");
     every_step_once(&out, &err);
     assert!(restarts(&out).is_empty(), "a restart\n{err}");
-    let l = the_loss_of_rank_2_on_h3("crash", &out, &err);
+    let l = the_loss_of_rank_2_on_h3("kill", &out, &err);
     let grew = growths(&out);
     assert_eq!(grew.len(), 1, "{err}");
     let g = &grew[0];

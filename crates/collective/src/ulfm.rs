@@ -48,6 +48,8 @@ static CALLS: OnceLock<Option<Calls>> = OnceLock::new();
 static FAILED: AtomicI32 = AtomicI32::new(0);
 /// When it saw it, in milliseconds since [`epoch`].
 static FAILED_AT_MS: AtomicU64 = AtomicU64::new(0);
+/// When the last collective checked found no error (ms since the epoch).
+static LAST_OK_MS: AtomicU64 = AtomicU64::new(0);
 /// Set while [`spawn`] runs: its errors are its own.
 static SPAWNING: AtomicBool = AtomicBool::new(false);
 /// Set while the handler runs: a revoke that fails must not call it again.
@@ -285,8 +287,19 @@ pub(crate) fn check() -> Result<()> {
             class,
             what: class_name(class),
         }),
-        None => Ok(()),
+        None => {
+            LAST_OK_MS.store(epoch().elapsed().as_millis() as u64, SeqCst);
+            Ok(())
+        }
     }
+}
+
+/// How long before the first error the last collective had succeeded: about a step's work when
+/// a process died (its connections close at once), at least the failure detector's timeout
+/// when a rank fell silent (stopped, hung, or its host or link gone).
+pub(crate) fn quiet_before_failure() -> Duration {
+    let (at, ok) = (FAILED_AT_MS.load(SeqCst), LAST_OK_MS.load(SeqCst));
+    Duration::from_millis(at.saturating_sub(ok))
 }
 
 /// Words for an error class.
@@ -320,10 +333,25 @@ pub(crate) fn shrink(comm: MPI_Comm) -> Result<MPI_Comm> {
         let mut new: MPI_Comm = unsafe { mpi::ffi::RSMPI_COMM_NULL };
         let rc = unsafe { (c.shrink)(comm, &mut new) };
         if rc == 0 && new.0 != unsafe { mpi::ffi::RSMPI_COMM_NULL }.0 {
-            return Ok(new);
+            return Ok(own(new));
         }
     }
     Err(Error::Shrink)
+}
+
+/// `comm`, or a duplicate of it where it is a predefined communicator (a survivor left alone
+/// may get MPI_COMM_SELF back from the shrink), which the world could not own and free.
+fn own(comm: MPI_Comm) -> MPI_Comm {
+    let predefined = [unsafe { mpi::ffi::RSMPI_COMM_SELF }, unsafe {
+        mpi::ffi::RSMPI_COMM_WORLD
+    }];
+    if !predefined.iter().any(|p| p.0 == comm.0) {
+        return comm;
+    }
+    let mut dup = unsafe { mpi::ffi::RSMPI_COMM_NULL };
+    // SAFETY: a predefined communicator; the handle is written.
+    unsafe { mpi::ffi::MPI_Comm_dup(comm, &mut dup) };
+    dup
 }
 
 /// The communicator of the job that spawned this process ([`spawn`]), if one did.

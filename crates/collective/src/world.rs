@@ -60,6 +60,8 @@ pub(crate) struct Mpi {
     tolerant: Option<Ranks>,
     /// Started by the survivors as a replacement ([`World::grow`]).
     joined: bool,
+    /// ULFM's failure detector timeout (zero: off).
+    detector: Duration,
     /// Slots of the job's allocation that no process took yet (MPI_UNIVERSE_SIZE less the
     /// ranks started and the replacements spawned): a lost process keeps its slot in Open MPI
     /// 5, so only these can take a replacement. Rank 0's count is the world's.
@@ -111,6 +113,10 @@ pub struct LostRank {
     pub host: String,
     /// Whether a survivor on its host ended its process (it was stopped or stuck, not dead).
     pub fenced: bool,
+    /// Whether it fell silent rather than died: no error came from the loss before about the
+    /// failure detector's timeout (a process that dies closes its connections at once), so it
+    /// stopped, hung, or its host or link went, and its host's MPI daemon may be gone too.
+    pub silent: bool,
 }
 
 /// What [`World::shrink`] did.
@@ -216,6 +222,7 @@ impl World {
         world.learn_ranks(joined)?;
         let m = world.mpi.as_deref_mut().expect("an MPI world");
         m.joined = joined;
+        m.detector = detector;
         m.spare = if joined {
             0
         } else {
@@ -247,6 +254,7 @@ impl World {
                 size,
                 tolerant: None,
                 joined: false,
+                detector: Duration::ZERO,
                 spare: 0,
                 universe: Some(universe),
             })),
@@ -385,12 +393,14 @@ impl World {
             });
         }
         let me = ranks.hosts[m.rank].clone();
+        let silent = !m.detector.is_zero() && ulfm::quiet_before_failure() >= m.detector / 2;
         let lost: Vec<LostRank> = lost
             .into_iter()
             .map(|r| LostRank {
                 rank: r,
                 host: ranks.hosts[r].clone(),
                 fenced: ranks.hosts[r] == me && ulfm::fence(ranks.pids[r] as u32, ranks.ticks[r]),
+                silent,
             })
             .collect();
         let kept = |r: &usize| !lost.iter().any(|l| l.rank == *r);
@@ -775,7 +785,11 @@ impl World {
         self.settled()?;
         let n = usize::try_from(len).map_err(|_| Error::BroadcastTooLong { len })?;
         bytes.resize(n, 0);
-        root.broadcast_into(&mut bytes[..]);
+        // Every rank knows the length now; an empty buffer's dangling pointer is an invalid
+        // argument to Open MPI 5 (MPI_ERR_ARG under fault tolerance's error handler).
+        if n > 0 {
+            root.broadcast_into(&mut bytes[..]);
+        }
         self.settled()
     }
 

@@ -34,8 +34,10 @@ pub(super) struct Survival {
     quiet: bool,
     /// Losses survived whose record waits for the end of the work redone after them.
     pending: Vec<Pending>,
-    /// Why MPI could not start replacements (`--grow-back` is not tried again).
+    /// Why replacements cannot be started (`--grow-back` is not tried again), and whether
+    /// that was said.
     cannot_grow: Option<String>,
+    said_cannot_grow: bool,
 }
 
 struct Pending {
@@ -57,6 +59,7 @@ impl Survival {
             quiet,
             pending: Vec::new(),
             cannot_grow: None,
+            said_cannot_grow: false,
         }
     }
 
@@ -142,22 +145,37 @@ impl Trainer<'_> {
             .as_ref()
             .is_some_and(|t| t.grow_back);
         let size = self.world.size();
-        if !grow || size >= wanted || self.clock.finished() || self.survival.cannot_grow.is_some() {
+        if !grow || size >= wanted || self.clock.finished() || self.survival.said_cannot_grow {
             return Ok(());
         }
         let began = Instant::now();
         let step = self.clock.step();
-        let spare = self.world.spare_slots()?;
-        if spare < wanted - size {
-            let why = format!(
-                "{spare} spare slot(s) for {} replacement(s): a lost process keeps its slot, so \
-                 give mpirun more slots than -np (a hostfile with spare hosts)",
-                wanted - size
-            );
+        // Rank 0's reason not to grow holds on every rank (each judges a silent loss by its own
+        // timing), then rank 0's count of spare slots.
+        let mut reason = self
+            .survival
+            .cannot_grow
+            .clone()
+            .unwrap_or_default()
+            .into_bytes();
+        self.world.broadcast_bytes(&mut reason)?;
+        let mut why = (!reason.is_empty()).then(|| String::from_utf8_lossy(&reason).into_owned());
+        if why.is_none() {
+            let spare = self.world.spare_slots()?;
+            why = (spare < wanted - size).then(|| {
+                format!(
+                    "{spare} spare slot(s) for {} replacement(s): a lost process keeps its slot, \
+                     so give mpirun more slots than -np (a hostfile with spare hosts)",
+                    wanted - size
+                )
+            });
+        }
+        if let Some(why) = why {
             self.progress.line(&format!(
                 "not growing back at step {step}: {why}; going on with {size} ranks"
             ));
             self.survival.cannot_grow = Some(why);
+            self.survival.said_cannot_grow = true;
             return Ok(());
         }
         self.metrics.flush()?;
@@ -180,6 +198,7 @@ impl Trainer<'_> {
                     "could not grow back at step {step}: {why}; going on with {size} ranks"
                 ));
                 self.survival.cannot_grow = Some(why);
+                self.survival.said_cannot_grow = true;
                 return Ok(());
             }
             grown => grown?,
@@ -309,6 +328,18 @@ impl Trainer<'_> {
                 left: self.world.size(),
                 min_np,
                 checkpoint,
+            });
+        }
+        if let Some(l) = shrunk.lost.iter().find(|l| l.silent && !l.fenced) {
+            // Its host (and the MPI daemon there) may be gone: a spawn would reach that daemon,
+            // and Open MPI 5.0.11's mpirun ends the whole job once it finds it lost.
+            self.survival.cannot_grow.get_or_insert_with(|| {
+                format!(
+                    "rank {} on {} fell silent (stopped, hung, or its host or link gone) on a \
+                     host no survivor shares, and a spawn that reaches a lost MPI daemon makes \
+                     Open MPI 5.0.11 end the job",
+                    l.rank, l.host
+                )
             });
         }
         self.survival.pending.push(Pending {
