@@ -24,15 +24,15 @@ use crate::{Budget, runtime};
 #[pyclass(module = "lsgd_torch._native", frozen)]
 pub struct Codec {
     plugin: Mutex<Plugin>,
-    properties: Properties,
-    label: String,
+    pub(crate) properties: Properties,
+    pub(crate) label: String,
 }
 
 /// The metadata of one bucket at one step on one rank (WIT `bucket-meta`, round 0), with the
 /// bucket's codec state before the step.
 #[pyclass(module = "lsgd_torch._native", frozen)]
 pub struct BucketMeta {
-    meta: Meta,
+    pub(crate) meta: Meta,
 }
 
 /// One tensor slice as Python passes it: name, shape, tensor offset, bucket offset, length.
@@ -108,7 +108,7 @@ impl BucketMeta {
 }
 
 impl Codec {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Plugin> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Plugin> {
         self.plugin.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -333,6 +333,31 @@ impl Codec {
             .detach(|| self.lock().next_state(&m, &agreed))
             .map_err(plugin_to_py)?;
         Ok(PyBytes::new(py, &out))
+    }
+
+    /// One bucket through the host's exchange (the rounds, the length agreement, the sum or
+    /// gather, the decodes, error feedback's own share, the next codec state), its collectives
+    /// done by `mover` (`lengths(n or None) -> [n, …]`, `sum(element, payload) -> bytes`,
+    /// `gather(payload) -> [bytes, …]`, each over every rank). The decoded sum over the `size`
+    /// ranks replaces `data` (a writable float32 buffer of the bucket); with `residual`, error
+    /// feedback's `data − own` is written into it (`own`: `decode`, the decode of this rank's
+    /// payloads, or `mean`, the sum over the ranks). `failed`: this rank has a fault to tell.
+    /// Returns (payloads, received, next state or None, the decode's fault or None).
+    #[pyo3(signature = (meta, data, mover, *, rank, size, own="skip", failed=false, residual=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn exchange<'py>(
+        &self,
+        py: Python<'py>,
+        meta: &BucketMeta,
+        data: &Bound<'py, PyAny>,
+        mover: Py<PyAny>,
+        rank: usize,
+        size: usize,
+        own: &str,
+        failed: bool,
+        residual: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<crate::exchange::Returned<'py>> {
+        self.exchange_bucket(py, meta, data, mover, rank, size, own, failed, residual)
     }
 }
 

@@ -6,10 +6,12 @@
 //!
 //! - [`policy`]: a schedule, batch-size, label-smoothing or layer-rate plugin with its clock;
 //! - [`codec`]: a codec plugin and the metadata of the buckets it encodes;
+//! - [`exchange`]: one DDP bucket through the runtime's exchange, over `torch.distributed`;
 //! - [`errors`]: runtime errors as Python exceptions (`PluginFault` for a fault in a call).
 
 mod codec;
 mod errors;
+mod exchange;
 mod policy;
 
 use std::sync::{Arc, Mutex};

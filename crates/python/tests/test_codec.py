@@ -216,6 +216,12 @@ class Recording:
         self.sent.append((meta.step, round, payload))
         return payload
 
+    def exchange(self, meta, data, mover, **kw):
+        # The hook's exchange runs in Rust (lsgd_runtime::exchange): its payloads come back.
+        done = self.codec.exchange(meta, data, mover, **kw)
+        self.sent.extend((meta.step, r, p) for r, p in enumerate(done[0]))
+        return done
+
 
 def one_rank_step(codec, g, step, shape, state=b"", seed=0):
     """One step of bucket 0 (one tensor of `shape` holding `g`) on one rank, without the hook:

@@ -231,7 +231,7 @@ pub type Outcome<C, M> = Result<
 >;
 
 /// Exchanges one bucket, `data` with `meta` (round 0, the bucket's codec state in it), through
-/// `codec` over `mover`, as `plan` says.
+/// `codec` over `mover`, as `plan` says: [`rounds`], then [`decode`].
 pub fn exchange<C: BucketCodec, M: Mover>(
     codec: &mut C,
     mover: &mut M,
@@ -239,15 +239,40 @@ pub fn exchange<C: BucketCodec, M: Mover>(
     data: &[f32],
     plan: Plan,
 ) -> Outcome<C, M> {
+    let moved = rounds(codec, mover, meta, data, plan)?;
+    let decoded = decode(codec, meta, &moved, plan, mover.rank(), mover.size());
+    Ok(Exchanged {
+        payloads: moved.payloads,
+        received: moved.received,
+        decoded,
+    })
+}
+
+/// What the rounds of one bucket moved on this rank.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Moved {
+    /// This rank's payload of each round.
+    pub payloads: Vec<Vec<u8>>,
+    /// The sum of each round (summable), or every rank's payload in rank order (gathered).
+    pub received: Vec<Vec<u8>>,
+}
+
+/// The first half of [`exchange`]: every round's encode, length agreement and collective.
+pub fn rounds<C: BucketCodec, M: Mover>(
+    codec: &mut C,
+    mover: &mut M,
+    meta: &Meta,
+    data: &[f32],
+    plan: Plan,
+) -> Result<Moved, Stop<M::Error, C::Error>> {
     let rounds = plan.properties.rounds.max(1);
     let mut m = meta.clone();
-    let mut payloads: Vec<Vec<u8>> = Vec::with_capacity(rounds as usize);
-    let mut received: Vec<Vec<u8>> = Vec::with_capacity(rounds as usize);
+    let mut moved = Moved::default();
     for round in 0..rounds {
         m.round = round;
         let mine = match plan.failed {
             true => Err(None),
-            false => codec.encode(&m, data, &received).map_err(Some),
+            false => codec.encode(&m, data, &moved.received).map_err(Some),
         };
         let lengths = mover
             .agree_lengths(mine.as_ref().ok().map(|p| p.len() as u64))
@@ -273,39 +298,33 @@ pub fn exchange<C: BucketCodec, M: Mover>(
                         element,
                     });
                 }
-                received.push(mover.sum(element, &mine).map_err(Stop::Move)?);
+                moved
+                    .received
+                    .push(mover.sum(element, &mine).map_err(Stop::Move)?);
             }
-            Combine::Gather => received = mover.gather(&mine).map_err(Stop::Move)?,
+            Combine::Gather => moved.received = mover.gather(&mine).map_err(Stop::Move)?,
         }
-        payloads.push(mine);
+        moved.payloads.push(mine);
     }
-    let decoded = decode(
-        codec,
-        &m,
-        &payloads,
-        &received,
-        plan,
-        mover.rank(),
-        mover.size(),
-    );
-    Ok(Exchanged {
-        payloads,
-        received,
-        decoded,
-    })
+    Ok(moved)
 }
 
-/// The sum over ranks of what the rounds moved, this rank's own reconstruction, and a stateful
-/// codec's next state; `m` is the meta of the last round.
-fn decode<C: BucketCodec>(
+/// The second half of [`exchange`], after every collective of the bucket: the sum over the
+/// `ranks` of what the rounds `moved`, this rank's (`rank`'s) own reconstruction, and a
+/// stateful codec's next state. `meta` is the bucket's (any round: the decode sees the last).
+pub fn decode<C: BucketCodec>(
     codec: &mut C,
-    m: &Meta,
-    payloads: &[Vec<u8>],
-    received: &[Vec<u8>],
+    meta: &Meta,
+    moved: &Moved,
     plan: Plan,
     rank: usize,
     ranks: usize,
 ) -> Result<Decoded, C::Error> {
+    let m = &Meta {
+        round: plan.properties.rounds.max(1) - 1,
+        ..meta.clone()
+    };
+    let (payloads, received) = (&moved.payloads, &moved.received);
     let (sum, mut own) = match plan.properties.combine {
         Combine::Sum(_) => {
             let sum = codec.decode(m, received)?;

@@ -311,7 +311,8 @@ class CodecState:
 
 
 class _Mover:
-    """The collectives of one bucket on the state's group, as ``encode_bucket``'s ``move``."""
+    """The collectives of one bucket on the state's group, for ``Codec.exchange`` (the host's
+    exchange, in Rust, calls ``lengths``, ``sum`` and ``gather`` with the GIL taken back)."""
 
     def __init__(self, state, group, meta_text):
         self.state = state
@@ -319,6 +320,7 @@ class _Mover:
         self.size = dist.get_world_size(group)
         self.where = meta_text
         self.codec = state.codec
+        self._lens = []
         # Collectives run where the backend wants their tensors (NCCL: the current GPU).
         self.device = torch.device("cpu")
         if dist.get_backend(group) == "nccl":
@@ -345,31 +347,28 @@ class _Mover:
             )
         return lens
 
-    def __call__(self, r, payload):
-        pending = self.state._fault
-        if pending is not None:
-            self.agree(_DECODE)
-            raise pending
-        lens = self.agree(_ENCODE if payload is None else len(payload))
-        if payload is None:
-            return None
-        self.state._step_bytes += len(payload)
-        element = self.codec.element
-        if element is not None:
-            dtype = _ELEMENTS[element]
-            size = torch.empty(0, dtype=dtype).element_size()
-            if any(n != lens[0] for n in lens) or lens[0] % size:
-                raise RuntimeError(
-                    f"codec {self.codec.label} at step {self.state.iter} ({self.where}, round "
-                    f"{r}): a summable payload must have the same length on every rank and hold "
-                    f"whole {element} elements, but the lengths are {lens}"
-                )
-            if not payload:
-                return b""
-            # bytearray: frombuffer of immutable bytes would let the all-reduce write into them.
-            t = torch.frombuffer(bytearray(payload), dtype=dtype).to(self.device)
-            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
-            return t.cpu().view(torch.uint8).numpy().tobytes()
+    def lengths(self, length):
+        """``agree`` for the exchange: ``None`` when this rank's codec failed (in this round's
+        encode, or in an earlier bucket's decode)."""
+        if length is None:
+            self._lens = self.agree(_DECODE if self.state._fault is not None else _ENCODE)
+            return self._lens
+        self._lens = self.agree(length)
+        self.state._step_bytes += length
+        return self._lens
+
+    def sum(self, element, payload):
+        """The sum over ranks of a summable payload, as bytes of ``element``s."""
+        if not payload:
+            return b""
+        # bytearray: frombuffer of immutable bytes would let the all-reduce write into them.
+        t = torch.frombuffer(bytearray(payload), dtype=_ELEMENTS[element]).to(self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
+        return t.cpu().view(torch.uint8).numpy().tobytes()
+
+    def gather(self, payload):
+        """Every rank's payload, in rank order (padded to the longest for the all-gather)."""
+        lens = self._lens
         width = max(lens)
         mine = torch.zeros(width, dtype=torch.uint8)
         if payload:
@@ -444,14 +443,27 @@ def _exchange(state, bucket):
         # reference to it (a checkpoint being written) stays what it was.
         residual = torch.empty(n, dtype=torch.float32)
 
+    # The host's exchange (lsgd_runtime::exchange): rounds, agreement, sum or gather, decodes,
+    # the residual and the next codec state; the decoded sum replaces ``data``.
     move = _Mover(state, group, f"bucket {b}")
-    payloads, moved = encode_bucket(state.codec, meta, data.numpy(), move)
-    next_state = None
     try:
-        decode_bucket(state.codec, meta, data, payloads, moved, data, rank=rank, residual=residual)
-        if stateful:
-            next_state = state.codec.next_state(meta, agreed_payloads(state.codec, moved))
-    except PluginFault as fault:
+        _, _, next_state, fault = state.codec.exchange(
+            meta,
+            data.numpy(),
+            move,
+            rank=rank,
+            size=world,
+            own="skip" if residual is None else "decode",
+            failed=state._fault is not None,
+            residual=None if residual is None else residual.numpy(),
+        )
+    except Exception:
+        # Stopped at the agreement this rank failed in (an earlier bucket's decode): its own
+        # fault is the one to raise.
+        if state._fault is not None:
+            raise state._fault from None
+        raise
+    if fault is not None:
         # Told to the other ranks at the next agreement (the next bucket's, or the step's last).
         state._fault = fault
     else:

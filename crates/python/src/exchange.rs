@@ -1,0 +1,196 @@
+//! `Codec.exchange`: one DDP bucket through the runtime's one exchange
+//! (`lsgd_runtime::exchange`), its collectives done by a Python object over `torch.distributed`
+//! (`lsgd_torch.comm`'s mover: `lengths`, `sum`, `gather`). The rounds, the agreement, the
+//! decodes, error feedback's own share and a stateful codec's next state are the trainer's
+//! code; the plugin runs without the GIL, which the mover takes back for each collective.
+
+use lsgd_codec::Element;
+use lsgd_runtime::exchange::{Lengths, Mover, Own, Plan, Stop, exchange};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::codec::{BucketMeta, Codec};
+use crate::errors::plugin_to_py;
+
+/// The collectives of a Python mover object, called with the GIL taken back.
+struct PyMover {
+    obj: Py<PyAny>,
+    rank: usize,
+    size: usize,
+}
+
+fn bytes_of(b: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())
+}
+
+impl Mover for PyMover {
+    type Error = PyErr;
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn agree_lengths(&mut self, mine: Option<u64>) -> PyResult<Lengths> {
+        Python::attach(|py| {
+            let lens: Vec<i64> = self
+                .obj
+                .bind(py)
+                .call_method1("lengths", (mine.map(|m| m as i64),))?
+                .extract()?;
+            Ok(match lens.iter().position(|&l| l < 0) {
+                Some(rank) => Lengths::Failed { rank },
+                None => Lengths::Agreed(lens.into_iter().map(|l| l as u64).collect()),
+            })
+        })
+    }
+    fn sum(&mut self, element: Element, payload: &[u8]) -> PyResult<Vec<u8>> {
+        Python::attach(|py| {
+            let sum = self
+                .obj
+                .bind(py)
+                .call_method1("sum", (element.name(), PyBytes::new(py, payload)))?;
+            bytes_of(&sum)
+        })
+    }
+    fn gather(&mut self, payload: &[u8]) -> PyResult<Vec<Vec<u8>>> {
+        Python::attach(|py| {
+            let all = self
+                .obj
+                .bind(py)
+                .call_method1("gather", (PyBytes::new(py, payload),))?;
+            all.try_iter()?.map(|p| bytes_of(&p?)).collect()
+        })
+    }
+}
+
+/// A writable float32 buffer of `len` floats, or an error naming `what`.
+fn writable(b: &Bound<'_, PyAny>, len: u32, what: &str) -> PyResult<PyBuffer<f32>> {
+    let buf = PyBuffer::<f32>::get(b)
+        .map_err(|e| PyValueError::new_err(format!("{what}: not a float32 buffer: {e}")))?;
+    if buf.readonly() || buf.item_count() != len as usize {
+        return Err(PyValueError::new_err(format!(
+            "{what}: a writable float32 buffer of {len} floats is needed, not {}{}",
+            buf.item_count(),
+            if buf.readonly() { " (read-only)" } else { "" }
+        )));
+    }
+    Ok(buf)
+}
+
+/// What one bucket's exchange returns to Python: this rank's payloads, what every rank
+/// received (a stateful codec's `next_state` input), the next codec state, and the fault of a
+/// decode after the collectives (raised by the caller at the next agreement).
+pub(crate) type Returned<'py> = (
+    Vec<Bound<'py, PyBytes>>,
+    Vec<Bound<'py, PyBytes>>,
+    Option<Bound<'py, PyBytes>>,
+    Option<PyErr>,
+);
+
+impl Codec {
+    /// [`Codec`]'s `exchange` (codec.rs holds the Python method): one bucket, `data` (a writable float32 buffer of the bucket) is encoded every
+    /// round, the collectives go through `mover` (`lengths(n or None) -> [n, …]`,
+    /// `sum(element, payload) -> bytes`, `gather(payload) -> [bytes, …]`), and the decoded sum
+    /// over the `size` ranks is written back into `data`. With `residual` (a writable float32
+    /// buffer), error feedback's `data − own` is written into it first, `own` being the decode of
+    /// this rank's payloads (`own="decode"`) or the sum over the ranks (`own="mean"`). `failed`:
+    /// this rank already has a fault to tell (it sends no payload; the agreement stops every
+    /// rank). Returns (payloads, received, next_state or None, decode fault or None).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn exchange_bucket<'py>(
+        &self,
+        py: Python<'py>,
+        meta: &BucketMeta,
+        data: &Bound<'py, PyAny>,
+        mover: Py<PyAny>,
+        rank: usize,
+        size: usize,
+        own: &str,
+        failed: bool,
+        residual: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Returned<'py>> {
+        let meta = &meta.meta;
+        let data_buf = writable(data, meta.len, "exchange: data")?;
+        let residual_buf = residual
+            .map(|r| writable(r, meta.len, "exchange: residual"))
+            .transpose()?;
+        let own = match (own, residual_buf.is_some()) {
+            ("skip", false) => Own::Skip,
+            ("decode", true) => Own::Decode,
+            ("mean", true) => Own::Mean,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "exchange: own={own:?} {} a residual buffer (skip without one; decode or mean with one)",
+                    if residual.is_some() {
+                        "with"
+                    } else {
+                        "without"
+                    }
+                )));
+            }
+        };
+        let floats = data_buf.to_vec(py)?;
+        let plan = Plan {
+            properties: self.properties,
+            own,
+            failed,
+        };
+        let mut mover = PyMover {
+            obj: mover,
+            rank,
+            size,
+        };
+        let done = py.detach(|| {
+            exchange(&mut *self.lock(), &mut mover, meta, &floats, plan).map_err(Box::new)
+        });
+        let done = match done.map_err(|stop| *stop) {
+            Ok(done) => done,
+            Err(Stop::Move(e)) => return Err(e),
+            Err(Stop::Codec { here: Some(e), .. }) => return Err(plugin_to_py(e)),
+            Err(Stop::Codec {
+                rank,
+                round,
+                here: None,
+            }) => {
+                // This rank's own earlier fault, which the caller raises.
+                return Err(PyRuntimeError::new_err(format!(
+                    "codec {}: stopped at the agreement of bucket {} round {round}: rank {rank} failed",
+                    self.label, meta.bucket
+                )));
+            }
+            Err(Stop::Lengths {
+                round,
+                lengths,
+                element,
+            }) => {
+                return Err(PyRuntimeError::new_err(format!(
+                    "codec {} at step {} (bucket {}, round {round}): a summable payload must have the same length on every rank and hold whole {} elements, but the lengths are {lengths:?}",
+                    self.label,
+                    meta.step,
+                    meta.bucket,
+                    element.name()
+                )));
+            }
+        };
+        let bytes = |v: &[Vec<u8>]| v.iter().map(|p| PyBytes::new(py, p)).collect::<Vec<_>>();
+        let (payloads, received) = (bytes(&done.payloads), bytes(&done.received));
+        let decoded = match done.decoded {
+            Ok(d) => d,
+            Err(e) => return Ok((payloads, received, None, Some(plugin_to_py(e)))),
+        };
+        if let Some(r) = &residual_buf {
+            let e: Vec<f32> = floats
+                .iter()
+                .zip(&decoded.own)
+                .map(|(p, o)| p - o)
+                .collect();
+            r.copy_from_slice(py, &e)?;
+        }
+        data_buf.copy_from_slice(py, &decoded.sum)?;
+        let next = decoded.next.map(|n| PyBytes::new(py, &n));
+        Ok((payloads, received, next, None))
+    }
+}
