@@ -12,6 +12,12 @@ use crate::common::*;
 /// The launch tests' job on 2 ranks, rank 0 slowed so that the job outlives its first
 /// checkpoints, with a 3 s collective timeout.
 fn job(out: &Path) -> Vec<String> {
+    job_timing_out_after(out, 3)
+}
+
+/// [`job`] with a collective timeout of `seconds`.
+fn job_timing_out_after(out: &Path, seconds: u32) -> Vec<String> {
+    let timeout = seconds.to_string();
     let flags = [
         "--allreduce",
         "ring",
@@ -22,20 +28,25 @@ fn job(out: &Path) -> Vec<String> {
         "--slow-ms",
         "300",
         "--collective-timeout",
-        "3",
+        &timeout,
     ];
     cnn_job(out, &flags)
 }
 
 /// The job under `mpirun -np 2`, its output in files in `dir`.
 fn under_mpirun(dir: &Path, out: &Path) -> Child {
+    under_mpirun_timing_out_after(dir, out, 3)
+}
+
+/// [`under_mpirun`] with a collective timeout of `seconds`.
+fn under_mpirun_timing_out_after(dir: &Path, out: &Path, seconds: u32) -> Child {
     let bin = env!("CARGO_BIN_EXE_lsgd-host").to_string();
     let mut args: Vec<String> = MPIRUN_FLAGS
         .iter()
         .chain(&["-np", "2", &bin])
         .map(|s| s.to_string())
         .collect();
-    args.extend(job(out));
+    args.extend(job_timing_out_after(out, seconds));
     spawn_logged("mpirun", &args, dir)
 }
 
@@ -165,23 +176,25 @@ fn a_frozen_rank_under_launch_is_dropped_and_the_job_finishes_on_the_rank_that_r
 
 #[test]
 fn a_job_stopped_and_continued_whole_is_no_collective_timeout() {
-    // As when a machine is suspended, or mpirun continues a rank it stopped: the 6 s without
-    // running are no peer's silence, so no rank reports and the job finishes.
+    // As when a machine is suspended, or mpirun continues a rank it stopped: the 12 s without
+    // running are no peer's silence, so no rank reports and the job finishes. A 6 s timeout:
+    // after both go on, rank 0 finishes its step before it answers rank 1, which on two cores
+    // shared with the rest of the suite took over 3 s (twice, in cold runs).
     if no_mpirun() {
         return;
     }
     let dir = scratch("collective-timeout-paused");
     let out = dir.join("run");
-    let mut child = under_mpirun(&dir, &out);
+    let mut child = under_mpirun_timing_out_after(&dir, &out, 6);
     await_checkpoint(&mut child, &dir.join("stderr"), &out);
     let rank = |r| rank_pid(child.id(), r).unwrap_or_else(|| panic!("a process of rank {r}"));
     let (rank_0, rank_1) = (rank(0), rank(1));
-    // Rank 0 first: within a step (well under the 3 s) rank 1 waits on it in the all-reduce,
+    // Rank 0 first: within a step (well under the 6 s) rank 1 waits on it in the all-reduce,
     // and is stopped there.
     signal(rank_0, "-STOP");
     std::thread::sleep(Duration::from_secs(1));
     signal(rank_1, "-STOP");
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(Duration::from_secs(12));
     // Rank 1 first: its watchdog wakes at once, while rank 0 has its step to finish before
     // it sends.
     signal(rank_1, "-CONT");
