@@ -70,6 +70,27 @@ pub(crate) struct Mpi {
     universe: Option<Universe>,
 }
 
+impl Mpi {
+    /// Makes `comm` the world's (after a shrink or a growth): the old sub-communicators go,
+    /// `comm` and a new exit duplicate are the ones a failure revokes, and rank and size are
+    /// its.
+    ///
+    /// # Safety
+    /// `comm` is a live intracommunicator of this process that nothing else owns or frees.
+    unsafe fn adopt(&mut self, comm: mpi::ffi::MPI_Comm) {
+        ulfm::forget_all();
+        self.grid = None;
+        self.nodes = None;
+        // SAFETY: the caller's promise; owned from here on.
+        self.comm = unsafe { SimpleCommunicator::from_raw(comm) };
+        ulfm::watch(self.comm.as_raw());
+        self.exit = self.comm.duplicate();
+        ulfm::watch(self.exit.as_raw());
+        self.rank = self.comm.rank() as usize;
+        self.size = self.comm.size() as usize;
+    }
+}
+
 impl Drop for Mpi {
     fn drop(&mut self) {
         // After a rank was lost, Open MPI 5.0.11's MPI_Finalize now and then never returns (the
@@ -218,6 +239,7 @@ impl World {
         let slots = universe.size().unwrap_or(0);
         ulfm::watch(comm.as_raw());
         let mut world = World::started_on(universe, comm)?;
+        ulfm::watch(world.mpi.as_deref().expect("an MPI world").exit.as_raw());
         // A replacement exists because its world shrank: it leaves MPI as the survivors do.
         world.learn_ranks(joined)?;
         let m = world.mpi.as_deref_mut().expect("an MPI world");
@@ -278,7 +300,6 @@ impl World {
             ticks: self.all_gather_u64(ticks)?,
         };
         let m = self.mpi.as_deref_mut().expect("an MPI world");
-        ulfm::watch(m.exit.as_raw());
         m.tolerant = Some(ranks);
         Ok(())
     }
@@ -317,15 +338,8 @@ impl World {
         m.spare = m.spare.saturating_sub(count);
         let merged = ulfm::merge(intercomm, false)?;
         let shrunk = m.tolerant.as_ref().is_some_and(|t| t.shrunk);
-        ulfm::forget_all();
-        m.grid = None;
-        m.nodes = None;
-        // SAFETY: a communicator MPI_Intercomm_merge just made, owned from here on.
-        m.comm = unsafe { SimpleCommunicator::from_raw(merged) };
-        ulfm::watch(m.comm.as_raw());
-        m.exit = m.comm.duplicate();
-        m.rank = m.comm.rank() as usize;
-        m.size = m.comm.size() as usize;
+        // SAFETY: a communicator MPI_Intercomm_merge just made.
+        unsafe { m.adopt(merged) };
         let rank = m.rank;
         // As a replacement's start does: the hosts for the watchdog, then the ranks.
         watchdog::set_ranks(rank, self.hostnames()?);
@@ -409,18 +423,11 @@ impl World {
         ranks.pids = survivors.iter().map(|&r| ranks.pids[r]).collect();
         ranks.ticks = survivors.iter().map(|&r| ranks.ticks[r]).collect();
         ranks.shrunk = true;
-        ulfm::forget_all();
-        m.grid = None;
-        m.nodes = None;
-        // SAFETY: a communicator MPIX_Comm_shrink just made, owned from here on.
-        m.comm = unsafe { SimpleCommunicator::from_raw(new) };
-        ulfm::watch(m.comm.as_raw());
-        m.exit = m.comm.duplicate();
-        ulfm::watch(m.exit.as_raw());
-        m.rank = m.comm.rank() as usize;
-        m.size = m.comm.size() as usize;
+        // SAFETY: a communicator MPIX_Comm_shrink just made.
+        let hosts = ranks.hosts.clone();
+        unsafe { m.adopt(new) };
         ulfm::clear();
-        watchdog::set_ranks(m.rank, ranks.hosts.clone());
+        watchdog::set_ranks(m.rank, hosts);
         let mut note = None;
         if let Some(shape) = torus_shape.filter(|s| s.0 * s.1 != m.size) {
             let (x, y) = torus::default_shape(m.size);
