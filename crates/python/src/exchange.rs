@@ -5,7 +5,9 @@
 //! code; the plugin runs without the GIL, which the mover takes back for each collective.
 
 use lsgd_codec::Element;
+use lsgd_codec::Meta;
 use lsgd_runtime::exchange::{Lengths, Mover, Own, Plan, Stop, exchange};
+use lsgd_runtime::plugin::PluginError;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -146,35 +148,7 @@ impl Codec {
         let done = py.detach(|| {
             exchange(&mut *self.lock(), &mut mover, meta, &floats, plan).map_err(Box::new)
         });
-        let done = match done.map_err(|stop| *stop) {
-            Ok(done) => done,
-            Err(Stop::Move(e)) => return Err(e),
-            Err(Stop::Codec { here: Some(e), .. }) => return Err(plugin_to_py(e)),
-            Err(Stop::Codec {
-                rank,
-                round,
-                here: None,
-            }) => {
-                // This rank's own earlier fault, which the caller raises.
-                return Err(PyRuntimeError::new_err(format!(
-                    "codec {}: stopped at the agreement of bucket {} round {round}: rank {rank} failed",
-                    self.label, meta.bucket
-                )));
-            }
-            Err(Stop::Lengths {
-                round,
-                lengths,
-                element,
-            }) => {
-                return Err(PyRuntimeError::new_err(format!(
-                    "codec {} at step {} (bucket {}, round {round}): a summable payload must have the same length on every rank and hold whole {} elements, but the lengths are {lengths:?}",
-                    self.label,
-                    meta.step,
-                    meta.bucket,
-                    element.name()
-                )));
-            }
-        };
+        let done = done.map_err(|stop| self.stopped(*stop, meta))?;
         let bytes = |v: &[Vec<u8>]| v.iter().map(|p| PyBytes::new(py, p)).collect::<Vec<_>>();
         let (payloads, received) = (bytes(&done.payloads), bytes(&done.received));
         let decoded = match done.decoded {
@@ -192,5 +166,33 @@ impl Codec {
         data_buf.copy_from_slice(py, &decoded.sum)?;
         let next = decoded.next.map(|n| PyBytes::new(py, &n));
         Ok((payloads, received, next, None))
+    }
+
+    /// The Python exception for an exchange that stopped every rank.
+    fn stopped(&self, stop: Stop<PyErr, PluginError>, meta: &Meta) -> PyErr {
+        match stop {
+            Stop::Move(e) => e,
+            Stop::Codec { here: Some(e), .. } => plugin_to_py(e),
+            // This rank's own earlier fault, which the caller raises.
+            Stop::Codec {
+                rank,
+                round,
+                here: None,
+            } => PyRuntimeError::new_err(format!(
+                "codec {}: stopped at the agreement of bucket {} round {round}: rank {rank} failed",
+                self.label, meta.bucket
+            )),
+            Stop::Lengths {
+                round,
+                lengths,
+                element,
+            } => PyRuntimeError::new_err(format!(
+                "codec {} at step {} (bucket {}, round {round}): a summable payload must have the same length on every rank and hold whole {} elements, but the lengths are {lengths:?}",
+                self.label,
+                meta.step,
+                meta.bucket,
+                element.name()
+            )),
+        }
     }
 }

@@ -150,55 +150,17 @@ impl Trainer<'_> {
         }
         let began = Instant::now();
         let step = self.clock.step();
-        // Rank 0's reason not to grow holds on every rank (each judges a silent loss by its own
-        // timing), then rank 0's count of spare slots.
-        let mut reason = self
-            .survival
-            .cannot_grow
-            .clone()
-            .unwrap_or_default()
-            .into_bytes();
-        self.world.broadcast_bytes(&mut reason)?;
-        let mut why = (!reason.is_empty()).then(|| String::from_utf8_lossy(&reason).into_owned());
-        if why.is_none() {
-            let spare = self.world.spare_slots()?;
-            why = (spare < wanted - size).then(|| {
-                format!(
-                    "{spare} spare slot(s) for {} replacement(s): a lost process keeps its slot, \
-                     so give mpirun more slots than -np (a hostfile with spare hosts)",
-                    wanted - size
-                )
-            });
-        }
-        if let Some(why) = why {
-            self.progress.line(&format!(
-                "not growing back at step {step}: {why}; going on with {size} ranks"
-            ));
-            self.survival.cannot_grow = Some(why);
-            self.survival.said_cannot_grow = true;
+        if let Some(why) = self.why_not_grow(wanted - size)? {
+            self.stop_growing("not growing back", step, why);
             return Ok(());
         }
         self.metrics.flush()?;
         let json = self.save("grow")?;
-        let exe =
-            std::env::current_exe().map_err(Error::io("cannot locate the lsgd-host binary"))?;
-        // Through env(1): the replacements load this process's libmpi (Open MPI 5's), whatever
-        // mpirun hands a spawned job.
-        let mut argv = vec![format!(
-            "LD_LIBRARY_PATH={}",
-            std::env::var("LD_LIBRARY_PATH").unwrap_or_default()
-        )];
-        argv.push(exe.display().to_string());
-        argv.extend(std::env::args().skip(1));
         // MPI_Comm_spawn reports its failure to every survivor alike (no slot left, a missing
         // binary): the run goes on with the ranks it has, as it would without --grow-back.
-        let hosts = match self.world.grow(wanted - size, "env", &argv) {
+        let hosts = match self.world.grow(wanted - size, "env", &replacement_argv()?) {
             Err(lsgd_collective::Error::Grow(why)) if self.world.size() == size => {
-                self.progress.line(&format!(
-                    "could not grow back at step {step}: {why}; going on with {size} ranks"
-                ));
-                self.survival.cannot_grow = Some(why);
-                self.survival.said_cannot_grow = true;
+                self.stop_growing("could not grow back", step, why);
                 return Ok(());
             }
             grown => grown?,
@@ -222,6 +184,36 @@ impl Trainer<'_> {
         ));
         self.metrics.write(&Record::GrewBack(record))?;
         self.metrics.flush()
+    }
+
+    /// Why the world cannot grow by `missing` ranks now, the same on every rank (collective):
+    /// rank 0's reason (each rank judges a silent loss by its own timing), else too few spare
+    /// slots by rank 0's count.
+    fn why_not_grow(&mut self, missing: usize) -> Result<Option<String>> {
+        let mut reason = (self.survival.cannot_grow.clone())
+            .unwrap_or_default()
+            .into_bytes();
+        self.world.broadcast_bytes(&mut reason)?;
+        if !reason.is_empty() {
+            return Ok(Some(String::from_utf8_lossy(&reason).into_owned()));
+        }
+        let spare = self.world.spare_slots()?;
+        Ok((spare < missing).then(|| {
+            format!(
+                "{spare} spare slot(s) for {missing} replacement(s): a lost process keeps its \
+                 slot, so give mpirun more slots than -np (a hostfile with spare hosts)"
+            )
+        }))
+    }
+
+    /// Gives up `--grow-back` for the rest of the run, saying `what` happened at `step` and why.
+    fn stop_growing(&mut self, what: &str, step: u64, why: String) {
+        self.progress.line(&format!(
+            "{what} at step {step}: {why}; going on with {} ranks",
+            self.world.size()
+        ));
+        self.survival.cannot_grow = Some(why);
+        self.survival.said_cannot_grow = true;
     }
 
     /// Rank 0's checkpoint `json` and its tensors to every rank (a replacement writes them into
@@ -433,4 +425,17 @@ fn restore_buffers(model: &Model, saved: Buffers) {
         }
         _ => {}
     }
+}
+
+/// The command line of a replacement: this `lsgd-host run` through env(1), so that it loads
+/// this process's libmpi (Open MPI 5's), whatever mpirun hands a spawned job.
+fn replacement_argv() -> Result<Vec<String>> {
+    let exe = std::env::current_exe().map_err(Error::io("cannot locate the lsgd-host binary"))?;
+    let mut argv = vec![format!(
+        "LD_LIBRARY_PATH={}",
+        std::env::var("LD_LIBRARY_PATH").unwrap_or_default()
+    )];
+    argv.push(exe.display().to_string());
+    argv.extend(std::env::args().skip(1));
+    Ok(argv)
 }
