@@ -461,40 +461,37 @@ pub fn await_checkpoint(child: &mut std::process::Child, stderr: &Path, out: &Pa
     }
 }
 
-/// The rank-lost records `run --fault-tolerance` wrote into a run directory's metrics.jsonl.
-pub fn losses(out: &Path) -> Vec<metrics::RankLostRecord> {
+/// The records of a run directory's metrics.jsonl that `pick` keeps.
+fn records<T>(out: &Path, pick: impl FnMut(Record) -> Option<T>) -> Vec<T> {
     metrics::read(&out.join("metrics.jsonl"))
         .unwrap()
         .into_iter()
-        .filter_map(|r| match r {
-            Record::RankLost(r) => Some(r),
-            _ => None,
-        })
+        .filter_map(pick)
         .collect()
+}
+
+/// The rank-lost records `run --fault-tolerance` wrote into a run directory's metrics.jsonl.
+pub fn losses(out: &Path) -> Vec<metrics::RankLostRecord> {
+    records(out, |r| match r {
+        Record::RankLost(r) => Some(r),
+        _ => None,
+    })
 }
 
 /// The grew-back records `run --grow-back` wrote into a run directory's metrics.jsonl.
 pub fn growths(out: &Path) -> Vec<metrics::GrewBackRecord> {
-    metrics::read(&out.join("metrics.jsonl"))
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::GrewBack(g) => Some(g),
-            _ => None,
-        })
-        .collect()
+    records(out, |r| match r {
+        Record::GrewBack(g) => Some(g),
+        _ => None,
+    })
 }
 
 /// The restart records `launch` wrote into a run directory's metrics.jsonl.
 pub fn restarts(out: &Path) -> Vec<metrics::RestartRecord> {
-    metrics::read(&out.join("metrics.jsonl"))
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Restart(r) => Some(r),
-            _ => None,
-        })
-        .collect()
+    records(out, |r| match r {
+        Record::Restart(r) => Some(r),
+        _ => None,
+    })
 }
 
 /// A `.npy` array of `version` (1, 2 or 3; others are written as 1's layout) whose header says
