@@ -98,6 +98,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="timed steps per repetition")
     ap.add_argument("--repetitions", type=int, default=2)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--only", nargs="*", default=None, metavar="HOOK",
+                    help="time only the hooks whose labels start with these (and allreduce_hook)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -109,6 +111,9 @@ def main():
     assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))
     del plain, ident, a, b
 
+    if args.only is not None:
+        keep = ("allreduce_hook", *args.only)
+        configs = [c for c in configs if c[0].startswith(keep)]
     jobs = [(label, *job(args.layers, make, one, 3)) for label, make, one in configs]
     best = {label: float("inf") for label, *_ in jobs}
     for _ in range(args.repetitions):

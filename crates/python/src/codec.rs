@@ -10,7 +10,9 @@ use std::sync::Mutex;
 
 use lsgd_codec::wire::put_f32s;
 use lsgd_codec::{Combine, Meta, Properties, TensorSlice};
-use lsgd_runtime::codec::{bucket_meta, check_properties, sample_bucket as runtime_sample_bucket};
+use lsgd_runtime::codec::{
+    bucket_meta, check_properties, sample_bucket as runtime_sample_bucket, single_rank,
+};
 use lsgd_runtime::plugin::{Plugin, PolicyKind};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
@@ -18,6 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::errors::{plugin_to_py, to_py};
+use crate::exchange::writable;
 use crate::{Budget, runtime};
 
 /// A loaded codec plugin and its properties.
@@ -295,17 +298,7 @@ impl Codec {
         out: &Bound<'_, PyAny>,
         round: Option<u32>,
     ) -> PyResult<()> {
-        let buf = PyBuffer::<f32>::get(out).map_err(|e| {
-            PyValueError::new_err(format!("decode: `out` must be a float32 buffer: {e}"))
-        })?;
-        if buf.readonly() || buf.item_count() != meta.meta.len as usize {
-            return Err(PyValueError::new_err(format!(
-                "decode: `out` must be a writable float32 buffer of {} floats, not {}{}",
-                meta.meta.len,
-                buf.item_count(),
-                if buf.readonly() { " (read-only)" } else { "" }
-            )));
-        }
+        let buf = writable(out, meta.meta.len, "decode: out")?;
         let mut m = meta.meta.clone();
         m.round = round.unwrap_or(self.properties.rounds - 1);
         let floats = py
@@ -342,8 +335,9 @@ impl Codec {
     /// ranks replaces `data` (a writable float32 buffer of the bucket); with `residual`, error
     /// feedback's `data − own` is written into it (`own`: `decode`, the decode of this rank's
     /// payloads, or `mean`, the sum over the ranks). `failed`: this rank has a fault to tell.
-    /// Returns (payloads, received, next state or None, the decode's fault or None).
-    #[pyo3(signature = (meta, data, mover, *, rank, size, own="skip", failed=false, residual=None))]
+    /// Returns (payloads, received, next state or None, the decode's fault or None); the first
+    /// two are empty lists unless `payloads` (a test's look at what was sent).
+    #[pyo3(signature = (meta, data, mover, *, rank, size, own="skip", failed=false, residual=None, payloads=false))]
     #[allow(clippy::too_many_arguments)]
     fn exchange<'py>(
         &self,
@@ -356,8 +350,33 @@ impl Codec {
         own: &str,
         failed: bool,
         residual: Option<&Bound<'py, PyAny>>,
+        payloads: bool,
     ) -> PyResult<crate::exchange::Returned<'py>> {
-        self.exchange_bucket(py, meta, data, mover, rank, size, own, failed, residual)
+        self.exchange_bucket(
+            py, meta, data, mover, rank, size, own, failed, residual, payloads,
+        )
+    }
+
+    /// One step of a bucket on a single rank, as `lsgd-host compare` runs it
+    /// (`lsgd_runtime::codec::single_rank`: the exchange with each round's own payload standing
+    /// in for the combined one): writes the decoded bucket into `out` (a writable float32
+    /// buffer) and returns (each round's payload, the bucket's next codec state; empty for a
+    /// codec that keeps none).
+    fn round_trip<'py>(
+        &self,
+        py: Python<'py>,
+        meta: &BucketMeta,
+        data: &Bound<'py, PyAny>,
+        out: &Bound<'py, PyAny>,
+    ) -> PyResult<(Vec<Bound<'py, PyBytes>>, Bound<'py, PyBytes>)> {
+        let data = floats(py, data, meta.meta.len, "round_trip")?;
+        let out = writable(out, meta.meta.len, "round_trip: out")?;
+        let ((payloads, decoded), next) = py
+            .detach(|| single_rank(&mut *self.lock(), self.properties, &meta.meta, &data))
+            .map_err(plugin_to_py)?;
+        out.copy_from_slice(py, &decoded)?;
+        let payloads = payloads.iter().map(|p| PyBytes::new(py, p)).collect();
+        Ok((payloads, PyBytes::new(py, &next)))
     }
 }
 

@@ -11,7 +11,7 @@ use lsgd_runtime::plugin::PluginError;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyByteArray, PyBytes};
 
 use crate::codec::{BucketMeta, Codec};
 use crate::errors::plugin_to_py;
@@ -23,8 +23,9 @@ struct PyMover {
     size: usize,
 }
 
+/// The bytes of a buffer a mover returned (`bytes`, a `bytearray`, a uint8 array).
 fn bytes_of(b: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())
+    PyBuffer::<u8>::get(b)?.to_vec(b.py())
 }
 
 impl Mover for PyMover {
@@ -50,10 +51,11 @@ impl Mover for PyMover {
     }
     fn sum(&mut self, element: Element, payload: &[u8]) -> PyResult<Vec<u8>> {
         Python::attach(|py| {
+            // A bytearray the mover may sum into in place (torch.frombuffer shares it).
             let sum = self
                 .obj
                 .bind(py)
-                .call_method1("sum", (element.name(), PyBytes::new(py, payload)))?;
+                .call_method1("sum", (element.name(), PyByteArray::new(py, payload)))?;
             bytes_of(&sum)
         })
     }
@@ -68,18 +70,29 @@ impl Mover for PyMover {
     }
 }
 
-/// A writable float32 buffer of `len` floats, or an error naming `what`.
-fn writable(b: &Bound<'_, PyAny>, len: u32, what: &str) -> PyResult<PyBuffer<f32>> {
+/// A writable, C-contiguous float32 buffer of `len` floats, or an error naming `what`.
+pub(crate) fn writable(b: &Bound<'_, PyAny>, len: u32, what: &str) -> PyResult<PyBuffer<f32>> {
     let buf = PyBuffer::<f32>::get(b)
         .map_err(|e| PyValueError::new_err(format!("{what}: not a float32 buffer: {e}")))?;
-    if buf.readonly() || buf.item_count() != len as usize {
+    if buf.readonly() || !buf.is_c_contiguous() || buf.item_count() != len as usize {
         return Err(PyValueError::new_err(format!(
-            "{what}: a writable float32 buffer of {len} floats is needed, not {}{}",
+            "{what}: a writable, contiguous float32 buffer of {len} floats is needed, not {}{}{}",
             buf.item_count(),
-            if buf.readonly() { " (read-only)" } else { "" }
+            if buf.readonly() { " (read-only)" } else { "" },
+            if buf.is_c_contiguous() {
+                ""
+            } else {
+                " (strided)"
+            },
         )));
     }
     Ok(buf)
+}
+
+/// The start and end addresses of a buffer's floats.
+fn span(buf: &PyBuffer<f32>) -> (usize, usize) {
+    let start = buf.buf_ptr() as usize;
+    (start, start + buf.len_bytes())
 }
 
 /// What one bucket's exchange returns to Python: this rank's payloads, what every rank
@@ -100,7 +113,8 @@ impl Codec {
     /// buffer), error feedback's `data − own` is written into it first, `own` being the decode of
     /// this rank's payloads (`own="decode"`) or the sum over the ranks (`own="mean"`). `failed`:
     /// this rank already has a fault to tell (it sends no payload; the agreement stops every
-    /// rank). Returns (payloads, received, next_state or None, decode fault or None).
+    /// rank). Returns (payloads, received, next_state or None, decode fault or None), the first
+    /// two empty unless `keep`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn exchange_bucket<'py>(
         &self,
@@ -113,6 +127,7 @@ impl Codec {
         own: &str,
         failed: bool,
         residual: Option<&Bound<'py, PyAny>>,
+        keep: bool,
     ) -> PyResult<Returned<'py>> {
         let meta = &meta.meta;
         let data_buf = writable(data, meta.len, "exchange: data")?;
@@ -134,7 +149,21 @@ impl Codec {
                 )));
             }
         };
-        let floats = data_buf.to_vec(py)?;
+        if let Some(r) = &residual_buf {
+            let ((a, b), (c, d)) = (span(&data_buf), span(r));
+            if a < d && c < b {
+                return Err(PyValueError::new_err(
+                    "exchange: residual and data share memory; the residual needs its own buffer",
+                ));
+            }
+        }
+        // SAFETY: `data_buf` holds the exporter (its memory stays put) and was checked to be
+        // C-contiguous float32 of `meta.len` items; the bucket is read in place instead of
+        // copied, and nothing writes it while `floats` is in use: the residual is disjoint
+        // (checked above) and `data` itself is written only after `floats`' last use.
+        let floats = unsafe {
+            std::slice::from_raw_parts(data_buf.buf_ptr() as *const f32, meta.len as usize)
+        };
         let plan = Plan {
             properties: self.properties,
             own,
@@ -146,22 +175,26 @@ impl Codec {
             size,
         };
         let done = py.detach(|| {
-            exchange(&mut *self.lock(), &mut mover, meta, &floats, plan).map_err(Box::new)
+            exchange(&mut *self.lock(), &mut mover, meta, floats, plan).map_err(Box::new)
         });
         let done = done.map_err(|stop| self.stopped(*stop, meta))?;
-        let bytes = |v: &[Vec<u8>]| v.iter().map(|p| PyBytes::new(py, p)).collect::<Vec<_>>();
+        let bytes = |v: &[Vec<u8>]| match keep {
+            true => v.iter().map(|p| PyBytes::new(py, p)).collect(),
+            false => Vec::new(),
+        };
         let (payloads, received) = (bytes(&done.payloads), bytes(&done.received));
         let decoded = match done.decoded {
             Ok(d) => d,
             Err(e) => return Ok((payloads, received, None, Some(plugin_to_py(e)))),
         };
         if let Some(r) = &residual_buf {
-            let e: Vec<f32> = floats
-                .iter()
-                .zip(&decoded.own)
-                .map(|(p, o)| p - o)
-                .collect();
-            r.copy_from_slice(py, &e)?;
+            // SAFETY: as for `floats`, and disjoint from it; `r` is writable.
+            let e = unsafe {
+                std::slice::from_raw_parts_mut(r.buf_ptr() as *mut f32, meta.len as usize)
+            };
+            for ((e, p), o) in e.iter_mut().zip(floats).zip(&decoded.own) {
+                *e = p - o;
+            }
         }
         data_buf.copy_from_slice(py, &decoded.sum)?;
         let next = decoded.next.map(|n| PyBytes::new(py, &n));

@@ -7,8 +7,10 @@
 //! - [`policy`]: a schedule, batch-size, label-smoothing or layer-rate plugin with its clock;
 //! - [`codec`]: a codec plugin and the metadata of the buckets it encodes;
 //! - [`exchange`]: one DDP bucket through the runtime's exchange, over `torch.distributed`;
-//! - [`errors`]: runtime errors as Python exceptions (`PluginFault` for a fault in a call).
+//! - [`errors`]: runtime errors as Python exceptions (`PluginFault` for a fault in a call);
+//! - [`alloc`]: the extension's allocator, which keeps the exchange's large blocks for reuse.
 
+mod alloc;
 mod codec;
 mod errors;
 mod exchange;
@@ -18,6 +20,9 @@ use std::sync::{Arc, Mutex};
 
 use lsgd_runtime::plugin::{Cache, EngineOptions, Limits, Runtime, contract};
 use pyo3::prelude::*;
+
+#[global_allocator]
+static ALLOCATOR: alloc::Recycling = alloc::Recycling::new();
 
 /// Limits a Python caller may set; the rest are the host's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,13 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from conftest import ROOT, torchrun
 from lsgd_torch import PluginFault, blake3_hex, sample_bucket
 from lsgd_torch._native import Codec
-from lsgd_torch.comm import (
-    CodecState,
-    agreed_payloads,
-    codec_hook,
-    decode_bucket,
-    encode_bucket,
-)
+from lsgd_torch.comm import CodecState, codec_hook
 
 EXAMPLE = ROOT / "examples" / "python" / "ddp_codec.py"
 
@@ -78,11 +72,6 @@ def hook_once(state, g, shapes=None):
     return codec_hook(state, bucket).wait()
 
 
-def single_rank_move(codec):
-    """encode_bucket's collective on one rank: the sum, or the gather, of one payload."""
-    return (lambda r, p: p) if codec.combine == "sum" else (lambda r, p: [p])
-
-
 # (plugin, params): a sparsifier, a quantizer per chunk, two rounds of PowerSGD, a summable
 # half-precision payload, and a stochastic quantizer whose draws come from the meta's seeds.
 HOST_CODECS = [
@@ -115,11 +104,10 @@ def test_hook_payloads_are_the_hosts_on_the_same_buckets(host, plugin, params):
     for step in range(buckets):
         meta, raw = sample_bucket(rows, cols, step, seed)
         data = torch.frombuffer(bytearray(raw), dtype=torch.float32)
-        payloads, moved = encode_bucket(codec, meta, data.numpy(), single_rank_move(codec))
+        out = torch.empty_like(data)
+        payloads, _ = codec.round_trip(meta, data.numpy(), out.numpy())
         assert len(payloads) == codec.rounds
         digests.append(blake3_hex(b"".join(payloads)))
-        out = torch.empty_like(data)
-        decode_bucket(codec, meta, data, payloads, moved, out)
         err2 += float(((out.double() - data.double()) ** 2).sum())
         norm2 += float((data.double() ** 2).sum())
     assert digests == report["a"]["payload_blake3"]
@@ -218,7 +206,7 @@ class Recording:
 
     def exchange(self, meta, data, mover, **kw):
         # The hook's exchange runs in Rust (lsgd_runtime::exchange): its payloads come back.
-        done = self.codec.exchange(meta, data, mover, **kw)
+        done = self.codec.exchange(meta, data, mover, payloads=True, **kw)
         self.sent.extend((meta.step, r, p) for r, p in enumerate(done[0]))
         return done
 
@@ -230,10 +218,9 @@ def one_rank_step(codec, g, step, shape, state=b"", seed=0):
     meta = Codec.meta(seed, step, 0, 0, n, [("param0", list(shape), 0, 0, n)], state)
     assert meta.state == state
     data = g.clone()
-    payloads, moved = encode_bucket(codec, meta, data.numpy(), single_rank_move(codec))
     out = torch.empty_like(data)
-    decode_bucket(codec, meta, data, payloads, moved, out)
-    return payloads, out, codec.next_state(meta, agreed_payloads(codec, moved))
+    payloads, next_state = codec.round_trip(meta, data.numpy(), out.numpy())
+    return payloads, out, next_state
 
 
 def test_powersgd_warm_start_carries_the_agreed_q_to_the_next_step(world1):

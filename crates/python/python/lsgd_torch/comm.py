@@ -6,13 +6,16 @@ plugin, the same bucket metadata and seeds (``Codec.meta``), the same rounds, th
 gather, the same error feedback (GRACE's residual: p = g + e; e <- p - decode(own payload)),
 and for a stateful codec (contract 0.4: ``codec-powersgd``'s warm start) the same per-bucket
 codec state (``Codec.next_state`` of what every rank received, the next step's
-``BucketMeta.state``), kept as the trainer keeps it (``crates/train/src/exchange/carry.rs``).
-:func:`encode_bucket` and :func:`decode_bucket` are that exchange without the collectives, so
-that a test can hold its payloads against ``lsgd-host compare``'s ``payload_blake3``;
-:func:`agreed_payloads` is what a stateful codec's ``next_state`` takes from them.
+``BucketMeta.state``), kept as the trainer keeps it (``crates/train/src/exchange/carry.rs``). The exchange itself is
+the host's, in Rust (``lsgd_runtime::exchange``, through ``Codec.exchange``); this module is
+the DDP glue: buckets, residuals and states, the collectives over ``torch.distributed``, and a
+thread that moves a bucket while autograd computes the next. ``Codec.round_trip`` is the same
+exchange on one rank, as ``lsgd-host compare`` runs it.
 """
 
 import logging
+import queue
+import threading
 import time
 
 import torch
@@ -22,7 +25,7 @@ from . import _plugins
 from ._native import Codec, blake3_hex
 from .errors import PluginFault
 
-__all__ = ["CodecState", "agreed_payloads", "codec_hook", "decode_bucket", "encode_bucket"]
+__all__ = ["CodecState", "codec_hook"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,70 +34,6 @@ _ENCODE, _DECODE = -1, -2
 
 #: A summable codec's element type (``Codec.element``) as the dtype its payloads are summed in.
 _ELEMENTS = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-
-
-def encode_bucket(codec, meta, data, move):
-    """Runs every round of ``codec`` over one bucket; returns (this rank's payload per round,
-    what ``move`` returned per round).
-
-    ``data`` is the bucket's float32 buffer (a contiguous CPU float32 tensor's ``.numpy()``).
-    ``move(round, payload)`` does the round's collective and returns, for a summable codec, the
-    sum over ranks of the payloads (bytes: round r+1 encodes with the sums of rounds <= r), for a
-    gathered codec every rank's payload in rank order. On a single rank, ``lambda r, p: p``
-    (summable) or ``lambda r, p: [p]`` (gathered) is ``lsgd-host compare``'s round trip.
-    ``move`` is also called with ``None`` when this rank's encode faulted, so that it can tell
-    the other ranks before the fault is raised here (they would otherwise wait in a collective).
-    """
-    payloads, moved = [], []
-    agreed = []
-    for r in range(codec.rounds):
-        try:
-            payload = codec.encode(meta, data, agreed, round=r)
-        except PluginFault:
-            move(r, None)
-            raise
-        got = move(r, payload)
-        payloads.append(payload)
-        moved.append(got)
-        if codec.combine == "sum":
-            agreed.append(got)
-    return payloads, moved
-
-
-def decode_bucket(codec, meta, data, payloads, moved, out, *, rank=0, residual=None):
-    """Writes into ``out`` (a float32 tensor of the bucket's length) the sum over ranks that
-    :func:`encode_bucket` moved; with ``residual``, also writes into it ``data - own``, where
-    ``own`` decodes this rank's payloads alone (error feedback). ``data`` (the float32 tensor
-    that was encoded) may be ``out`` itself: it is read before ``out`` is written.
-
-    A gathered codec's payloads are decoded one by one and added in rank order, so every rank
-    adds the same floats in the same order and ends with the same bits, as the host does.
-    """
-    if codec.combine == "sum":
-        if residual is not None:
-            # The combined earlier rounds and this rank's own last one: what the others would
-            # reconstruct of this rank's contribution.
-            codec.decode(meta, moved[:-1] + [payloads[-1]], residual.numpy())
-            torch.sub(data, residual, out=residual)
-        codec.decode(meta, moved, out.numpy())
-        return
-    total = torch.zeros_like(out)
-    scratch = torch.empty_like(out)
-    for r, payload in enumerate(moved[-1]):
-        target = residual if (r == rank and residual is not None) else scratch
-        codec.decode(meta, [payload], target.numpy())
-        total.add_(target)
-        if target is residual:
-            torch.sub(data, residual, out=residual)
-    out.copy_(total)
-
-
-def agreed_payloads(codec, moved):
-    """What every rank received of one bucket, from what :func:`encode_bucket` moved: for a
-    summable codec the combined payload of each round, for a gathered codec every rank's
-    payload in rank order; a stateful codec's ``Codec.next_state(meta, agreed)`` takes it and
-    returns the bucket's state for the next step (the next step's ``Codec.meta(…, state=)``)."""
-    return list(moved) if codec.combine == "sum" else list(moved[-1])
 
 
 def _param_names(names):
@@ -195,6 +134,7 @@ class CodecState:
 
     def _load(self):
         self.codec = Codec(self.plugin, self.settings, **self.limits)
+        self._worker = _Worker()
         self._reset_step()
         self._created = time.monotonic_ns()
         _plugins.register(self)
@@ -358,13 +298,18 @@ class _Mover:
         return self._lens
 
     def sum(self, element, payload):
-        """The sum over ranks of a summable payload, as bytes of ``element``s."""
+        """The sum over ranks of a summable payload (a bytearray of ``element``s), summed into
+        it in place."""
         if not payload:
-            return b""
-        # bytearray: frombuffer of immutable bytes would let the all-reduce write into them.
-        t = torch.frombuffer(bytearray(payload), dtype=_ELEMENTS[element]).to(self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
-        return t.cpu().view(torch.uint8).numpy().tobytes()
+            return payload
+        t = torch.frombuffer(payload, dtype=_ELEMENTS[element])
+        if self.device.type == "cpu":
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
+        else:
+            moved = t.to(self.device)
+            dist.all_reduce(moved, op=dist.ReduceOp.SUM, group=self.group)
+            t.copy_(moved.cpu())
+        return payload
 
     def gather(self, payload):
         """Every rank's payload, in rank order (padded to the longest for the all-gather)."""
@@ -391,26 +336,77 @@ def _layout(bucket, buffer, names):
     return tensors, layout
 
 
+class _Worker:
+    """Runs one state's bucket exchanges on a thread of its own, in the order DDP hands the
+    buckets over (its bucket order, the same on every rank, so every rank makes the same
+    collective calls in the same order), while autograd goes on computing the next buckets'
+    gradients. The first exception of a step is kept for the step's last bucket to raise on the
+    caller's thread: set on a future it would reach ``backward()`` as a RuntimeError without its
+    type. Once a bucket has failed the step's later buckets are not exchanged: every rank stopped
+    at the same agreement."""
+
+    def __init__(self):
+        self._jobs = queue.SimpleQueue()
+        self._thread = None
+        self._error = None
+
+    def submit(self, work, result):
+        """A future of ``result``, set once ``work()`` has run (or been skipped after a
+        failure)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="lsgd-codec-hook", daemon=True)
+            self._thread.start()
+        fut = torch.futures.Future()
+        self._jobs.put((work, result, fut))
+        return fut
+
+    def _run(self):
+        while True:
+            work, result, fut = self._jobs.get()
+            if work is not None and self._error is None:
+                try:
+                    work()
+                except BaseException as e:  # raised by the step's last bucket
+                    self._error = e
+            fut.set_result(result)
+
+    def drain(self):
+        """Waits until every bucket handed over is through; returns the step's first exception
+        (or None) and forgets it."""
+        if self._thread is not None:
+            self.submit(None, None).wait()
+        error, self._error = self._error, None
+        return error
+
+
 def codec_hook(state, bucket):
     """A DDP communication hook that moves each gradient bucket through ``state``'s codec
-    plugin: ``model.register_comm_hook(state, codec_hook)``. Returns a completed future of the
-    averaged (decoded) bucket. A stateful codec's ``next_state`` is called after the bucket's
-    decode; the step's new states are kept once its last bucket is through.
+    plugin: ``model.register_comm_hook(state, codec_hook)``. Returns a future of the averaged
+    (decoded) bucket. A stateful codec's ``next_state`` is called after the bucket's decode;
+    the step's new states are kept once its last bucket is through.
+
+    Every bucket but the step's last is exchanged on the state's thread, so that DDP's backward
+    pass goes on while it moves (a codec's rounds follow one another, each after the length
+    agreement, so the bucket's whole exchange is the unit that overlaps). The last bucket waits
+    for the others and is exchanged on the caller's thread: the backward pass has nothing left
+    to compute then, and a fault is raised from there, with its type.
 
     Faults raise ``PluginFault`` on the rank where the plugin failed and on the others (naming
     that rank); the state is then as before the step.
     """
-    # Synchronous: every collective is issued and awaited here and the future returned is
-    # already complete. Chaining async work would let DDP overlap this bucket's traffic with
-    # the backward pass, but a codec's round r+1 needs the sum of round r, each round needs the
-    # length agreement first, and the plugin calls would then run on gloo's callback thread;
-    # in order here, every rank makes the same collective calls in the same order even when a
-    # plugin faults, which is what keeps a fault from hanging the other ranks.
+    if not bucket.is_last():
+        return state._worker.submit(lambda: _exchange(state, bucket), bucket.buffer())
+    error = state._worker.drain()
     try:
-        return _exchange(state, bucket)
+        if error is not None:
+            raise error
+        _exchange(state, bucket)
     except BaseException:
         state._reset_step()
         raise
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
 
 def _exchange(state, bucket):
@@ -477,6 +473,3 @@ def _exchange(state, bucket):
         if state._fault is not None:
             raise state._fault
         state._commit()
-    fut = torch.futures.Future()
-    fut.set_result(buffer)
-    return fut
