@@ -4,6 +4,9 @@ on the same job: DDP's default all-reduce (``allreduce_hook``), ``fp16_compress_
 
     torchrun --nproc_per_node 2 crates/python/bench/bench_comm.py [--steps N] [--layers L]
 
+or one rank per host of the lab (scripts/netlab.sh; docs/pytorch.md has the command), where
+Open MPI starts the ranks and MASTER_ADDR names the first host.
+
 The job is L bias-free 1024x1024 linear layers (each weight 2^20 floats, the host's largest
 bucket, in a bucket of its own), a batch of 64 per rank, gloo on CPU. Rank 0 prints ms per step
 (forward, backward with the hook, SGD step; best of the repetitions, interleaved), the ratio to
@@ -12,6 +15,7 @@ run. Run it on a quiet machine; plugins are compiled (and cached) during the war
 """
 
 import argparse
+import os
 import time
 
 import torch
@@ -102,6 +106,11 @@ def main():
                     help="time only the hooks whose labels start with these (and allreduce_hook)")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if "RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" in os.environ:
+        # Started by mpirun (the lab): torch's env:// rendezvous from Open MPI's names.
+        os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
+        os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
+        os.environ.setdefault("MASTER_PORT", "29610")
     dist.init_process_group("gloo")
     configs = hooks(args.layers)
 

@@ -41,7 +41,12 @@ impl Codec for Fp16 {
 }
 
 /// `data` as little-endian 16-bit words `to(x)`; shared with `bf16`.
-pub(crate) fn encode_16(meta: &Meta, data: &[f32], to: fn(f32) -> u16) -> Result<Vec<u8>, String> {
+/// Generic rather than a function pointer: monomorphised, the loop inlines `to` and vectorises.
+pub(crate) fn encode_16(
+    meta: &Meta,
+    data: &[f32],
+    to: impl Fn(f32) -> u16,
+) -> Result<Vec<u8>, String> {
     let n = check_len(meta, data)?;
     let mut out = vec![0u8; 2 * n];
     for (o, &x) in out.chunks_exact_mut(2).zip(data) {
@@ -54,7 +59,7 @@ pub(crate) fn encode_16(meta: &Meta, data: &[f32], to: fn(f32) -> u16) -> Result
 pub(crate) fn decode_16(
     meta: &Meta,
     payloads: &[Vec<u8>],
-    from: fn(u16) -> f32,
+    from: impl Fn(u16) -> f32,
 ) -> Result<Vec<f32>, String> {
     expect_rounds(payloads, 1)?;
     let n = meta.len as usize;

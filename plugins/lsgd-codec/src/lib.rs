@@ -308,7 +308,9 @@ pub fn native(
 
 /// decode(encode(data)) as on a single rank: every round is encoded from `data`, this rank's
 /// payloads of the earlier rounds standing in for the combined ones. Returns the payloads (one
-/// per round) and the reconstruction; the shared path of tests, `compare` and the benchmark.
+/// per round) and the reconstruction. A test oracle, kept apart from what runs: the reference
+/// codecs' unit tests check their inverse with it, and `lsgd_runtime::exchange` (the one
+/// exchange `run`, `compare`, `bench` and lsgd-torch share) is tested against it.
 pub fn round_trip(
     codec: &dyn DynCodec,
     meta: &Meta,

@@ -146,60 +146,51 @@ pub fn expect_rounds(payloads: &[Vec<u8>], rounds: usize) -> Result<(), String> 
     }
 }
 
-/// binary32 → binary16 bits, round to nearest even; overflow gives ±inf, NaN stays NaN.
+/// binary32 → binary16 bits, round to nearest even; overflow gives ±inf, NaN stays NaN (quiet,
+/// sign kept).
+///
+/// Every case is computed and one selected, without branches, so that a codec's loop over a
+/// bucket compiles to SIMD (the guests build with simd128). The float addition rounds a
+/// subnormal result; its operands and result are normal floats, so a flush-to-zero mode
+/// cannot change it. Checked against the case-by-case `tests::reference_f16_bits`.
+#[inline]
 pub fn f16_bits(x: f32) -> u16 {
     let b = x.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    let exp = ((b >> 23) & 0xff) as i32;
-    let man = b & 0x7f_ffff;
-    if exp == 0xff {
-        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
-    }
-    let e = exp - 127 + 15;
-    if e >= 0x1f {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        // Subnormal (or zero) in binary16: shift the full significand into place, rounding.
-        if e < -10 {
-            return sign;
-        }
-        let m = man | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let half = 1u32 << (shift - 1);
-        let rest = m & ((1 << shift) - 1);
-        let mut v = m >> shift;
-        if rest > half || (rest == half && v & 1 == 1) {
-            v += 1;
-        }
-        return sign | v as u16;
-    }
-    let mut v = ((e as u32) << 10) | (man >> 13);
-    let rest = man & 0x1fff;
-    if rest > 0x1000 || (rest == 0x1000 && v & 1 == 1) {
-        // A carry into the exponent is the correct rounding (up to inf at the top).
-        v += 1;
-    }
-    sign | v as u16
+    let sign = (b >> 16) & 0x8000;
+    let a = b & 0x7fff_ffff;
+    // A normal result: rebias the exponent and round the 13 dropped bits to nearest even (a
+    // carry into the exponent is the correct rounding, up to inf at the top).
+    let odd = (a >> 13) & 1;
+    let normal = a.wrapping_sub(112 << 23).wrapping_add(0xfff + odd) >> 13;
+    // A subnormal one (|x| < 2^-14): 0.5 + |x| rounds |x| to nearest even at 2^-24, the
+    // binary16 subnormal step, and holds the steps in its low bits.
+    let tiny = (f32::from_bits(a) + 0.5)
+        .to_bits()
+        .wrapping_sub(0.5f32.to_bits());
+    let finite = if a < 113 << 23 { tiny } else { normal };
+    let huge = if a > 0x7f80_0000 { 0x7e00 } else { 0x7c00 };
+    (sign | if a >= 143 << 23 { huge } else { finite }) as u16
 }
 
-/// binary16 bits → binary32 (exact).
+/// binary16 bits → binary32 (exact); a NaN comes back quiet with its payload and sign.
+/// Branch-free for the same reason as [`f16_bits`].
+#[inline]
 pub fn f16_value(h: u16) -> f32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let man = u32::from(h & 0x3ff);
-    let bits = match (exp, man) {
-        (0, 0) => sign,
-        (0, _) => {
-            // Subnormal: man · 2^-24, exact in binary32.
-            let v = man as f32 * f32::from_bits(0x3380_0000);
-            return if sign != 0 { -v } else { v };
-        }
-        (0x1f, 0) => sign | 0x7f80_0000,
-        (0x1f, _) => sign | 0x7fc0_0000 | (man << 13),
-        _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
+    let h = u32::from(h);
+    let sign = (h & 0x8000) << 16;
+    let em = (h & 0x7fff) << 13;
+    let normal = em + (112 << 23);
+    // man · 2^-24, exact in binary32.
+    let tiny = ((h & 0x3ff) as f32 * f32::from_bits(0x3380_0000)).to_bits();
+    let quiet = if em > 0x0f80_0000 { 0x0040_0000 } else { 0 };
+    let v = if em >= 0x0f80_0000 {
+        em | 0x7f80_0000 | quiet
+    } else if em < 0x0080_0000 {
+        tiny
+    } else {
+        normal
     };
-    f32::from_bits(bits)
+    f32::from_bits(sign | v)
 }
 
 /// binary32 → bfloat16 bits, round to nearest even; NaN stays NaN.
@@ -220,6 +211,122 @@ pub fn bf16_value(h: u16) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The case-by-case binary32 → binary16 that [`f16_bits`] must equal.
+    fn reference_f16_bits(x: f32) -> u16 {
+        let b = x.to_bits();
+        let sign = ((b >> 16) & 0x8000) as u16;
+        let exp = ((b >> 23) & 0xff) as i32;
+        let man = b & 0x7f_ffff;
+        if exp == 0xff {
+            return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
+        }
+        let e = exp - 127 + 15;
+        if e >= 0x1f {
+            return sign | 0x7c00;
+        }
+        if e <= 0 {
+            // Subnormal (or zero) in binary16: shift the full significand into place, rounding.
+            if e < -10 {
+                return sign;
+            }
+            let m = man | 0x80_0000;
+            let shift = (14 - e) as u32;
+            let half = 1u32 << (shift - 1);
+            let rest = m & ((1 << shift) - 1);
+            let mut v = m >> shift;
+            if rest > half || (rest == half && v & 1 == 1) {
+                v += 1;
+            }
+            return sign | v as u16;
+        }
+        let mut v = ((e as u32) << 10) | (man >> 13);
+        let rest = man & 0x1fff;
+        if rest > 0x1000 || (rest == 0x1000 && v & 1 == 1) {
+            // A carry into the exponent is the correct rounding (up to inf at the top).
+            v += 1;
+        }
+        sign | v as u16
+    }
+
+    /// binary16 bits → binary32 (exact).
+    pub fn f16_value(h: u16) -> f32 {
+        let sign = u32::from(h & 0x8000) << 16;
+        let exp = u32::from((h >> 10) & 0x1f);
+        let man = u32::from(h & 0x3ff);
+        let bits = match (exp, man) {
+            (0, 0) => sign,
+            (0, _) => {
+                // Subnormal: man · 2^-24, exact in binary32.
+                let v = man as f32 * f32::from_bits(0x3380_0000);
+                return if sign != 0 { -v } else { v };
+            }
+            (0x1f, 0) => sign | 0x7f80_0000,
+            (0x1f, _) => sign | 0x7fc0_0000 | (man << 13),
+            _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
+        };
+        f32::from_bits(bits)
+    }
+
+    #[test]
+    fn f16_bits_equals_the_case_by_case_conversion() {
+        // Every exponent and sign with a spread of significands (the rounding bits, ties and
+        // their neighbours included), then a stride over every other pattern.
+        let mut checked = 0u64;
+        for sign in [0u32, 0x8000_0000] {
+            for exp in 0..=255u32 {
+                for man in [
+                    0, 1, 0xfff, 0x1000, 0x1001, 0x2000, 0x3000, 0x7f_e000, 0x7f_f000, 0x7f_ffff,
+                    0x40_0000, 0x40_1000, 0x55_5555,
+                ] {
+                    let x = f32::from_bits(sign | exp << 23 | man);
+                    assert_eq!(f16_bits(x), reference_f16_bits(x), "{:#010x}", x.to_bits());
+                    checked += 1;
+                }
+            }
+        }
+        for bits in (0..=u32::MAX).step_by(4099) {
+            let x = f32::from_bits(bits);
+            assert_eq!(f16_bits(x), reference_f16_bits(x), "{bits:#010x}");
+            checked += 1;
+        }
+        assert!(checked > 1_000_000);
+    }
+
+    #[test]
+    fn f16_value_is_exact_for_every_half() {
+        for h in 0..=u16::MAX {
+            let (sign, exp, man) = (h >> 15, (h >> 10) & 0x1f, u32::from(h & 0x3ff));
+            let want = match exp {
+                0 => man as f64 * 2f64.powi(-24),
+                0x1f => f64::NAN,
+                _ => (1.0 + man as f64 / 1024.0) * 2f64.powi(i32::from(exp) - 15),
+            };
+            let got = f16_value(h);
+            let want = if sign == 1 { -want } else { want };
+            if exp == 0x1f && man == 0 {
+                assert_eq!(
+                    got,
+                    if sign == 1 {
+                        f32::NEG_INFINITY
+                    } else {
+                        f32::INFINITY
+                    }
+                );
+            } else if exp == 0x1f {
+                // Quiet, with the half's payload and sign.
+                let b = got.to_bits();
+                assert_eq!(
+                    b,
+                    (u32::from(sign) << 31) | 0x7fc0_0000 | man << 13,
+                    "{h:#06x}"
+                );
+            } else {
+                assert_eq!(f64::from(got), want, "{h:#06x}");
+                assert_eq!(got.is_sign_negative(), sign == 1, "{h:#06x}");
+            }
+        }
+    }
 
     #[test]
     fn f16_round_trips_every_finite_value_and_rounds_to_nearest_even() {
