@@ -30,7 +30,7 @@ SIDE = 1024
 RANK = 2  # PowerSGD's matrix rank, for PyTorch's hook and the plugin alike
 
 
-def hooks(layers):
+def hooks(layers, overlap=True):
     """(label, make, one_bucket) where make() returns (hook state, hook, bytes-sent function)."""
     n = SIDE * SIDE * layers
     powersgd_bytes = 2 * SIDE * RANK * 4 * layers
@@ -42,9 +42,10 @@ def hooks(layers):
         )
         return state, powerSGD_hook.powerSGD_hook, lambda: powersgd_bytes
 
-    def codec(plugin, **params):
+    def codec(plugin, feedback, **params):
         def make():
-            state = CodecState(None, plugin, params=params)
+            state = CodecState(None, plugin, params=params, error_feedback=feedback,
+                               overlap=overlap)
             return state, codec_hook, lambda: state.bytes_sent
 
         return make
@@ -57,11 +58,13 @@ def hooks(layers):
         # hangs (its future callbacks block on nested all-reduces), so its layers share one
         # bucket; it still compresses each weight on its own.
         ("powerSGD_hook rank 2 *", torch_powersgd, True),
-        ("codec-identity", codec("codec-identity"), False),
-        ("codec-fp16", codec("codec-fp16"), False),
-        ("codec-powersgd rank 2", codec("codec-powersgd", rank=RANK), False),
-        ("codec-top-k 1%", codec("codec-top-k", density=0.01), False),
-        ("codec-int8", codec("codec-int8"), False),
+        # Like for like: PyTorch's all-reduce and fp16 hooks keep no residual, its PowerSGD
+        # keeps p - decode(sum)/k ("mean"); top-k and int8 keep GRACE's p - decode(own).
+        ("codec-identity", codec("codec-identity", False), False),
+        ("codec-fp16", codec("codec-fp16", False), False),
+        ("codec-powersgd rank 2 EF mean", codec("codec-powersgd", "mean", rank=RANK), False),
+        ("codec-top-k 1% EF own", codec("codec-top-k", "own", density=0.01), False),
+        ("codec-int8 EF own", codec("codec-int8", "own"), False),
     ]
 
 
@@ -102,6 +105,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="timed steps per repetition")
     ap.add_argument("--repetitions", type=int, default=2)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--no-overlap", action="store_true",
+                    help="the codec hook exchanges every bucket on DDP's thread (overlap=False)")
     ap.add_argument("--only", nargs="*", default=None, metavar="HOOK",
                     help="time only the hooks whose labels start with these (and allreduce_hook)")
     args = ap.parse_args()
@@ -112,7 +117,7 @@ def main():
         os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
         os.environ.setdefault("MASTER_PORT", "29610")
     dist.init_process_group("gloo")
-    configs = hooks(args.layers)
+    configs = hooks(args.layers, overlap=not args.no_overlap)
 
     # Same gradients first, or the comparison is meaningless: identity is the all-reduce.
     plain, _, a = job(args.layers, *configs[0][1:], 3)
@@ -133,10 +138,10 @@ def main():
         floats = SIDE * SIDE * args.layers
         print(f"{dist.get_world_size()} ranks (gloo, CPU), {args.layers} buckets of {SIDE * SIDE} "
               f"floats; best of {args.repetitions} x {args.steps} steps")
-        print(f"{'hook':<24}{'ms/step':>10}{'x allreduce':>13}{'bytes/step/rank':>17}{'ratio':>8}")
+        print(f"{'hook':<31}{'ms/step':>10}{'x allreduce':>13}{'bytes/step/rank':>17}{'ratio':>8}")
         for label, _, sent, _ in jobs:
             b = sent()
-            print(f"{label:<24}{best[label]:>10.1f}{best[label] / base:>13.2f}{b:>17}"
+            print(f"{label:<31}{best[label]:>10.1f}{best[label] / base:>13.2f}{b:>17}"
                   f"{4 * floats / b:>8.1f}")
         print("* its layers in one bucket: powerSGD_hook hangs on gloo with several in flight")
     exit_ranks()

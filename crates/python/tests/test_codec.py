@@ -177,6 +177,38 @@ def test_error_feedback_keeps_what_top_k_did_not_send(world1):
     assert state.bytes_sent > 0 and state.total_bytes_sent == 3 * state.bytes_sent
 
 
+def test_mean_error_feedback_takes_the_residual_against_the_sum_over_the_ranks(world1):
+    # The residual's mode is the exchange's (lsgd_runtime::exchange, Own::Mean, tested over
+    # three ranks there); here: the state asks for it, keeps it through a pickle, and on one
+    # rank, where the sum over the ranks is this rank's own, the residual is p - decode.
+    state = CodecState(
+        None, "codec-top-k", params={"density": 0.05}, start_iter=0, error_feedback="mean"
+    )
+    asked = []
+
+    class Spy:
+        def __init__(self, codec):
+            self.codec = codec
+
+        def __getattr__(self, name):
+            return getattr(self.codec, name)
+
+        def exchange(self, *args, **kw):
+            asked.append(kw["own"])
+            return self.codec.exchange(*args, **kw)
+
+    state.codec = Spy(state.codec)
+    g = torch.randn(400, generator=torch.Generator().manual_seed(5))
+    out = hook_once(state, g, [(20, 20)])
+    assert asked == ["mean"]
+    assert torch.equal(state.residuals[0], g - out)
+    state.codec = state.codec.codec
+    assert pickle.loads(pickle.dumps(state)).error_feedback == "mean"
+    assert CodecState(None, "codec-top-k", error_feedback=True).error_feedback == "own"
+    with pytest.raises(ValueError, match="error_feedback"):
+        CodecState(None, "codec-top-k", error_feedback="sum")
+
+
 def test_error_feedback_of_a_two_round_summable_codec(world1):
     n = 24 * 16
     g = torch.randn(n, generator=torch.Generator().manual_seed(4))

@@ -36,6 +36,17 @@ _ENCODE, _DECODE = -1, -2
 _ELEMENTS = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
+def _feedback(mode):
+    """``error_feedback=`` as ``"own"``, ``"mean"`` or False."""
+    if mode is True or mode == "own":
+        return "own"
+    if mode == "mean":
+        return "mean"
+    if mode is False or mode is None:
+        return False
+    raise ValueError(f'error_feedback must be True, "own", "mean" or False, not {mode!r}')
+
+
 def _param_names(names):
     """``{id(parameter): name}`` from a module, a ``{name: parameter}`` dict or (name, parameter)
     pairs."""
@@ -61,10 +72,14 @@ class CodecState:
     ``LSGD_PLUGIN_PATH``), ``params`` its parameters as a dict (``{"density": 0.01}``), ``seed``
     the run's seed, from which the buckets' seeds derive as in ``lsgd-host run --seed``.
     ``limits`` are the sandbox's (``fuel_per_float``, ``deadline_ms``, ``memory_mb``,
-    ``canonical_nans``). Error feedback starts at iteration ``start_iter`` (1: after the bucket
+    ``canonical_nans``). ``error_feedback`` is ``True`` (or ``"own"``: GRACE's residual,
+    e <- p - decode(own payload)), ``"mean"`` (PyTorch ``powerSGD_hook``'s, e <- p - decode(sum)/k:
+    the host's ``--error-feedback mean``, and one decode fewer per bucket) or ``False``.
+    Error feedback starts at iteration ``start_iter`` (1: after the bucket
     rebuild DDP does after its first iteration; a residual kept before it would belong to
     another layout). ``names`` (the model, a ``{name: parameter}`` dict or pairs) gives the
     codec the parameters' names; without it they are ``param0``, ``param1``, ... per bucket.
+    ``overlap=False`` exchanges every bucket on the caller's thread (see :func:`codec_hook`).
 
     A stateful codec (``codec.stateful``: ``codec-powersgd`` unless ``warm_start=false``) keeps
     a state per bucket from step 0 on, whatever ``start_iter`` says: the same bytes on every
@@ -83,6 +98,7 @@ class CodecState:
         "settings",
         "limits",
         "error_feedback",
+        "overlap",
         "seed",
         "start_iter",
         "iter",
@@ -103,17 +119,21 @@ class CodecState:
         seed=0,
         start_iter=1,
         names=None,
+        overlap=True,
         **limits,
     ):
         if start_iter < 0:
             raise ValueError(f"start_iter must be >= 0, not {start_iter}")
         self.process_group = process_group
+        #: ``"own"``, ``"mean"`` or False.
+        self.error_feedback = _feedback(error_feedback)
+        #: Whether buckets move on the state's thread while autograd goes on (see codec_hook).
+        self.overlap = bool(overlap)
         #: The plugin as given (a path or a name).
         self.plugin = str(plugin)
         #: Its parameters as the host's ``--set`` text.
         self.settings = _plugins.settings(params)
         self.limits = dict(limits)
-        self.error_feedback = bool(error_feedback)
         self.seed = int(seed)
         self.start_iter = int(start_iter)
         #: Completed steps (calls of the last bucket): the step the codec sees.
@@ -201,6 +221,9 @@ class CodecState:
         )
         saved = (state.pop("codec_blake3"), [tuple(p) for p in state.pop("codec_params")])
         state.setdefault("states", {})
+        state.setdefault("overlap", True)
+        # Saved before "mean" existed: True was GRACE's residual.
+        state["error_feedback"] = _feedback(state["error_feedback"])
         for k, v in state.items():
             setattr(self, k, v)
         self.process_group = None
@@ -389,12 +412,15 @@ def codec_hook(state, bucket):
     pass goes on while it moves (a codec's rounds follow one another, each after the length
     agreement, so the bucket's whole exchange is the unit that overlaps). The last bucket waits
     for the others and is exchanged on the caller's thread: the backward pass has nothing left
-    to compute then, and a fault is raised from there, with its type.
+    to compute then, and a fault is raised from there, with its type. With
+    ``CodecState(..., overlap=False)`` every bucket is exchanged on the caller's thread, the
+    backward pass waiting for it: no gain where the cores are already busy (two ranks on two
+    cores: crates/python/bench/bench_comm.py --no-overlap), none lost to the thread hand-off.
 
     Faults raise ``PluginFault`` on the rank where the plugin failed and on the others (naming
     that rank); the state is then as before the step.
     """
-    if not bucket.is_last():
+    if state.overlap and not bucket.is_last():
         return state._worker.submit(lambda: _exchange(state, bucket), bucket.buffer())
     error = state._worker.drain()
     try:
@@ -449,7 +475,7 @@ def _exchange(state, bucket):
             move,
             rank=rank,
             size=world,
-            own="skip" if residual is None else "decode",
+            own="skip" if residual is None else {"own": "decode", "mean": "mean"}[state.error_feedback],
             failed=state._fault is not None,
             residual=None if residual is None else residual.numpy(),
         )
