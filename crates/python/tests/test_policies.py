@@ -3,8 +3,10 @@ loop gets step by step equal the host's bit for bit (f64 bits of the rate, f32 b
 every reference plugin of those kinds (the golden cases' parameters; every guest language),
 fed the same losses and metrics; and a state_dict taken mid-run continues exactly."""
 
+import copy
 import csv
 import io
+import pickle
 import struct
 from pathlib import Path
 
@@ -175,6 +177,33 @@ def test_a_state_dict_saved_mid_run_continues_exactly(plugin, params, metric_fil
             group["lr"] = lr
         _, tail = python_rates(plugin, params, losses, metrics, sched=fresh)
         assert [f64_bits(x) for x in head + tail] == [f64_bits(x) for x in whole], k
+
+
+def test_a_schedule_deep_copies_and_pickles_as_torchs_schedulers_do():
+    # copy.deepcopy and pickle work for PyTorch's schedulers (StepLR here, beside it); a copy of
+    # WasmLR loads its plugin again and continues from the same step, apart from the original.
+    def rates(sched, steps=5):
+        out = []
+        for _ in range(steps):
+            sched.optimizer.step()
+            sched.step()
+            out.append(sched.get_last_lr()[0])
+        return out
+
+    for make in [
+        lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5),
+        lambda opt: WasmLR(opt, "plateau", **SHAPE),
+        lambda opt: WasmLR(opt, "warmup", **SHAPE, batch_size=WasmBatchSize(
+            "batch-ramp", params={"max_batch": 32768}, **SHAPE)),
+    ]:
+        sched = make(optimizer())
+        rates(sched, 3)
+        twin, again = copy.deepcopy(sched), pickle.loads(pickle.dumps(sched))
+        assert twin.optimizer is not sched.optimizer
+        ahead = rates(sched)
+        assert rates(twin) == ahead and rates(again) == ahead
+        if isinstance(sched, WasmLR):
+            assert twin.policy.step == sched.policy.step == again.policy.step
 
 
 def test_a_state_dict_of_another_plugin_is_refused_in_the_hosts_words():

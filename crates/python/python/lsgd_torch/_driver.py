@@ -40,6 +40,12 @@ class Driver:
         if unknown:
             raise TypeError(f"unknown keyword arguments: {', '.join(sorted(unknown))}")
         self.global_batch = global_batch
+        # What a copy (copy.deepcopy, pickle) loads its own plugin from.
+        self._args = dict(
+            plugin=str(plugin), kind=kind, params=params, steps_per_epoch=steps_per_epoch,
+            epochs=epochs, global_batch=global_batch, world_size=world_size,
+            reference_batch=reference_batch, base_lr=float(base_lr), limits=dict(limits),
+        )
         self.policy = _native.Policy(
             str(plugin), kind, settings(params),
             epochs=epochs, samples_per_epoch=steps_per_epoch * global_batch,
@@ -134,6 +140,16 @@ class Driver:
                     f"{what}: plugin {p.label} answers {v!r} at step {saved[0]} after the "
                     f"resume, the saved run had {saved[1]!r}"
                 )
+
+    def __getstate__(self):
+        """The constructor's arguments and :meth:`state`: a copy (``copy.deepcopy`` or ``pickle``
+        of a scheduler, as PyTorch's own schedulers allow) loads the plugin again and continues
+        from this one's clock and snapshot."""
+        return {"args": self._args, "state": self.state()}
+
+    def __setstate__(self, saved):
+        self.__init__(**saved["args"])
+        self.load(saved["state"], "a copy")
 
     def _rank_record(self):
         """What ``check_ranks`` compares across ranks."""
