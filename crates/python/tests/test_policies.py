@@ -206,6 +206,15 @@ def test_a_schedule_deep_copies_and_pickles_as_torchs_schedulers_do():
             assert twin.policy.step == sched.policy.step == again.policy.step
 
 
+def test_a_list_parameter_takes_a_python_list():
+    # The host's --set milestones=30,60,80; a Python user writes a list (issue 44, item 7).
+    text = WasmLR(optimizer(), "warmup", params={"milestones": "30,60,80"}, **SHAPE)
+    listed = WasmLR(optimizer(), "warmup", params={"milestones": [30, 60.0, 80]}, **SHAPE)
+    assert listed.policy.identity == text.policy.identity
+    assert WasmLR(optimizer(), "warmup", params={"milestones": (30, 60, 80)},
+                  **SHAPE).policy.params == text.policy.params
+
+
 def test_a_state_dict_of_another_plugin_is_refused_in_the_hosts_words():
     a = WasmLR(optimizer(), "warmup", **SHAPE)
     b = WasmLR(optimizer(), "warmup", params={"warmup_epochs": 2}, **SHAPE)

@@ -14,16 +14,20 @@ def settings(params):
         return []
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict of plugin parameters, not {type(params).__name__}")
-    out = []
-    for key, value in params.items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, float):
-            text = repr(value)
-        else:
-            text = str(value)
-        out.append((str(key), text))
-    return out
+    return [(str(key), _text(value)) for key, value in params.items()]
+
+
+def _text(value):
+    """One parameter value as ``--set`` text: booleans as true/false, floats in shortest
+    round-trip form, a list or tuple as the comma-separated list the host takes
+    (``[30, 60, 80]`` is ``30,60,80``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return ",".join(_text(v) for v in value)
+    return str(value)
 
 
 def register(holder):
