@@ -89,10 +89,34 @@ pub(crate) fn writable(b: &Bound<'_, PyAny>, len: u32, what: &str) -> PyResult<P
     Ok(buf)
 }
 
-/// The start and end addresses of a buffer's floats.
-fn span(buf: &PyBuffer<f32>) -> (usize, usize) {
-    let start = buf.buf_ptr() as usize;
-    (start, start + buf.len_bytes())
+/// An error unless the residual's floats and the data's are apart (the data is read in place
+/// while the residual is written).
+fn disjoint(data: &PyBuffer<f32>, residual: &PyBuffer<f32>) -> PyResult<()> {
+    let span = |b: &PyBuffer<f32>| {
+        let start = b.buf_ptr() as usize;
+        (start, start + b.len_bytes())
+    };
+    let ((a, b), (c, d)) = (span(data), span(residual));
+    match a < d && c < b {
+        true => Err(PyValueError::new_err(
+            "exchange: residual and data share memory; the residual needs its own buffer",
+        )),
+        false => Ok(()),
+    }
+}
+
+/// `own=` as the exchange's [`Own`]: `skip` without a residual buffer, `decode` or `mean` with
+/// one.
+fn own_mode(own: &str, residual: bool) -> PyResult<Own> {
+    match (own, residual) {
+        ("skip", false) => Ok(Own::Skip),
+        ("decode", true) => Ok(Own::Decode),
+        ("mean", true) => Ok(Own::Mean),
+        _ => Err(PyValueError::new_err(format!(
+            "exchange: own={own:?} {} a residual buffer (skip without one; decode or mean with one)",
+            if residual { "with" } else { "without" }
+        ))),
+    }
 }
 
 /// What one bucket's exchange returns to Python: this rank's payloads, what every rank
@@ -134,28 +158,9 @@ impl Codec {
         let residual_buf = residual
             .map(|r| writable(r, meta.len, "exchange: residual"))
             .transpose()?;
-        let own = match (own, residual_buf.is_some()) {
-            ("skip", false) => Own::Skip,
-            ("decode", true) => Own::Decode,
-            ("mean", true) => Own::Mean,
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "exchange: own={own:?} {} a residual buffer (skip without one; decode or mean with one)",
-                    if residual.is_some() {
-                        "with"
-                    } else {
-                        "without"
-                    }
-                )));
-            }
-        };
+        let own = own_mode(own, residual_buf.is_some())?;
         if let Some(r) = &residual_buf {
-            let ((a, b), (c, d)) = (span(&data_buf), span(r));
-            if a < d && c < b {
-                return Err(PyValueError::new_err(
-                    "exchange: residual and data share memory; the residual needs its own buffer",
-                ));
-            }
+            disjoint(&data_buf, r)?;
         }
         // SAFETY: `data_buf` holds the exporter (its memory stays put) and was checked to be
         // C-contiguous float32 of `meta.len` items; the bucket is read in place instead of
