@@ -7,7 +7,9 @@ use std::sync::Mutex;
 
 use lsgd_policy::{Role, State, TensorNorms};
 use lsgd_runtime::plugin::{Plugin, PolicyKind};
-use lsgd_runtime::policy::{Bounds, Clock, RunShape, check_multipliers, check_output};
+use lsgd_runtime::policy::{
+    Bounds, Clock, RunShape, check_momentum, check_multipliers, check_output,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -277,6 +279,22 @@ impl Policy {
         check_output(&mut g.plugin, &state, bounds)
             .map(|o| o.as_f64())
             .map_err(plugin_to_py)
+    }
+
+    /// A schedule's momentum at this step (contract 0.4; `None` where the plugin leaves the
+    /// optimizer's momentum alone, as older contracts always do), range-checked as in training.
+    /// The host asks it right after the rate of the same step; so does `WasmLR`.
+    #[pyo3(signature = (batch=None))]
+    fn momentum(&self, batch: Option<u32>) -> PyResult<Option<f64>> {
+        let mut g = self.lock();
+        if g.plugin.kind() != PolicyKind::Schedule {
+            return Err(PyValueError::new_err(format!(
+                "plugin {}: only a schedule plugin answers momentum()",
+                g.plugin.label()
+            )));
+        }
+        let state = g.state(batch);
+        check_momentum(&mut g.plugin, &state).map_err(plugin_to_py)
     }
 
     /// A layer-rate plugin's multiplier for each tensor at this step, checked (one per

@@ -259,7 +259,7 @@ def test_works_inside_sequential_and_chained_schedulers():
     assert chained.get_last_lr() == ref.get_last_lr()
 
 
-def test_groups_with_other_base_rates_scale_as_lambda_lr_does():
+def test_each_group_runs_the_plugin_from_its_own_initial_rate():
     a, b = torch.zeros(1, requires_grad=True), torch.zeros(1, requires_grad=True)
     opt = torch.optim.SGD([{"params": [a], "lr": 0.1}, {"params": [b], "lr": 0.01}], lr=0.1)
     sched = WasmLR(opt, "warmup", **SHAPE)
@@ -276,7 +276,7 @@ def test_bad_input_raises_python_exceptions():
         WasmLR(optimizer(), "warmup", params={"warmup_epochs": "five"}, **SHAPE)
     with pytest.raises(FileNotFoundError, match="no plugin file `no-such-plugin`"):
         WasmLR(optimizer(), "no-such-plugin", **SHAPE)
-    with pytest.raises(ValueError, match="global-batch"):
+    with pytest.raises(ValueError, match="global_batch=10 must be"):
         WasmLR(optimizer(), "warmup", epochs=1, steps_per_epoch=1, global_batch=10, world_size=3)
     with pytest.raises(ValueError, match="steps_per_epoch"):
         WasmLR(optimizer(), "warmup", epochs=1, steps_per_epoch=0, global_batch=10)

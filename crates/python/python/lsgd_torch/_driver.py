@@ -55,6 +55,8 @@ class Driver:
         # (step, value) of the last call: a stateful plugin is called once per step, as in
         # the host, however often PyTorch asks for the step's value.
         self._value = None
+        # (step, momentum) likewise: a contract-0.4 schedule's second output.
+        self._momentum = None
         # The batch each step consumed is the one in force when it was decided.
         self._batch = None
         self._loss = None
@@ -68,6 +70,15 @@ class Driver:
             self._value = (step, self.policy.value(batch))
             self._batch = batch
         return self._value[1]
+
+    def momentum(self, batch=None):
+        """This step's momentum (``None``: the plugin leaves it alone), asked once per step
+        right after the step's value, as the host asks them."""
+        step = self.policy.step
+        if self._momentum is None or self._momentum[0] != step:
+            self.value(batch)
+            self._momentum = (step, self.policy.momentum(self._batch))
+        return self._momentum[1]
 
     def observe(self, loss=None, metric=None):
         """Feedback: ``loss`` becomes ``last-loss`` once this step ends, ``metric``
@@ -94,6 +105,7 @@ class Driver:
             self.policy.seek(step, step * self.global_batch, self.policy.last_loss,
                              self.policy.last_metric)
             self._value = None
+            self._momentum = None
 
     def identity(self):
         """The plugin's identity line (the host's resume check prints these)."""
@@ -113,6 +125,7 @@ class Driver:
             "last_metric": p.last_metric,
             "pending_loss": self._loss,
             "value": self._value,
+            "momentum": self._momentum,
             "batch": self._batch,
             "snapshot": p.snapshot(),
         }
@@ -129,16 +142,19 @@ class Driver:
             p.restore(state["step"], bytes(state["snapshot"]))
         self._loss = state["pending_loss"]
         self._value = None
+        self._momentum = None
         self._batch = state["batch"]
-        saved = state["value"]
-        if saved is not None and saved[0] == state["step"]:
-            # The interrupted run had already asked for this step: ask again, so that a
-            # stateful plugin's state moves on exactly as it did there.
-            v = self.value(self._batch)
+        # The interrupted run had already asked for this step's outputs: ask again, so that a
+        # stateful plugin's state moves on exactly as it did there.
+        for name, ask in [("value", self.value), ("momentum", self.momentum)]:
+            saved = state.get(name)
+            if saved is None or saved[0] != state["step"]:
+                continue
+            v = ask(self._batch)
             if v != saved[1]:
                 raise ValueError(
-                    f"{what}: plugin {p.label} answers {v!r} at step {saved[0]} after the "
-                    f"resume, the saved run had {saved[1]!r}"
+                    f"{what}: plugin {p.label} answers {name} {v!r} at step {saved[0]} after "
+                    f"the resume, the saved run had {saved[1]!r}"
                 )
 
     def __getstate__(self):
