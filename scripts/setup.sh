@@ -34,6 +34,9 @@ done
 # or with --python-torch (the test command, `bench train`, `bench ddp` and the torch oracles
 # need an importable torch), the full set is installed and `import torch` is checked.
 TORCH_VERSION=2.13.0
+# The torchvision built against it: examples/python/imagenet_main.py (PyTorch's ImageNet example)
+# takes its models and FakeData from it.
+TORCHVISION_VERSION=0.28.0
 want_full_torch=0
 if [ -e /proc/driver/nvidia/version ] || [ "${1:-}" = "--python-torch" ]; then want_full_torch=1; fi
 [ -x "$LSGD_VENV/bin/python" ] || { echo "setup: creating venv $LSGD_VENV" >&2; python3 -m venv "$LSGD_VENV"; }
@@ -42,10 +45,10 @@ import importlib.metadata as m
 def v(d):
     try: return m.version(d)
     except m.PackageNotFoundError: return "-"
-print(v("torch"), v("nvidia-cuda-runtime"))
+print(v("torch"), v("nvidia-cuda-runtime"), v("torchvision"))
 PY
 )"
-read -r have_torch have_cudart <<<"$torch_state"
+read -r have_torch have_cudart have_torchvision <<<"$torch_state"
 pip_install() { "$LSGD_VENV/bin/python" -m pip install -q --disable-pip-version-check "$@"; }
 if [ "$want_full_torch" = 1 ]; then
   # Importing is the check that counts: a --no-deps install has the same version but no cuDNN.
@@ -54,6 +57,10 @@ if [ "$want_full_torch" = 1 ]; then
     echo "setup: installing torch $TORCH_VERSION with all its dependencies into $LSGD_VENV" >&2
     pip_install "torch==$TORCH_VERSION"
     "$LSGD_VENV/bin/python" -W ignore -c 'import torch' || { echo "setup: torch still cannot be imported" >&2; exit 1; }
+  fi
+  if [ "$have_torchvision" != "$TORCHVISION_VERSION" ]; then
+    echo "setup: installing torchvision $TORCHVISION_VERSION into $LSGD_VENV" >&2
+    pip_install "torchvision==$TORCHVISION_VERSION" "torch==$TORCH_VERSION"
   fi
 elif [ "$have_torch" != "$TORCH_VERSION" ] || [ "$have_cudart" = "-" ]; then
   echo "setup: installing torch $TORCH_VERSION (libtorch only) into $LSGD_VENV" >&2
