@@ -37,14 +37,25 @@ def world1(tmp_path):
     dist.destroy_process_group()
 
 
-class Bucket:
-    """A stand-in for DDP's GradBucket: one flat buffer holding whole tensors of `shapes`."""
+# DDP hands the hook the same parameter objects every step, and the state knows the parameters
+# without names by them: the stand-in's parameters are the same for the same shapes.
+PARAMS = {}
 
-    def __init__(self, data, shapes, index=0):
+
+def params_of(*shapes):
+    """The stand-in parameters of `shapes`, the same objects at every call."""
+    return PARAMS.setdefault(shapes, [torch.empty(s) for s in shapes])
+
+
+class Bucket:
+    """A stand-in for DDP's GradBucket: one flat buffer holding whole tensors of `shapes` (or
+    the parameters `params`), the step's last bucket unless `last` is False."""
+
+    def __init__(self, data, shapes=None, index=0, params=None, last=True):
         self.data = data
-        self.shapes = shapes
-        self.params = [torch.empty(s) for s in shapes]
+        self.params = params if params is not None else params_of(*map(tuple, shapes))
         self.idx = index
+        self.last = last
 
     def buffer(self):
         return self.data
@@ -53,7 +64,7 @@ class Bucket:
         return self.idx
 
     def is_last(self):
-        return True
+        return self.last
 
     def parameters(self):
         return self.params
@@ -243,11 +254,11 @@ class Recording:
         return done
 
 
-def one_rank_step(codec, g, step, shape, state=b"", seed=0):
-    """One step of bucket 0 (one tensor of `shape` holding `g`) on one rank, without the hook:
+def one_rank_step(codec, g, step, shape, state=b"", seed=0, bucket=0):
+    """One step of a bucket (one tensor of `shape` holding `g`) on one rank, without the hook:
     (this rank's payloads, the decoded result, the state for the next step)."""
     n = g.numel()
-    meta = Codec.meta(seed, step, 0, 0, n, [("param0", list(shape), 0, 0, n)], state)
+    meta = Codec.meta(seed, step, bucket, 0, n, [("param0", list(shape), 0, 0, n)], state)
     assert meta.state == state
     data = g.clone()
     out = torch.empty_like(data)
@@ -291,29 +302,33 @@ def test_powersgd_warm_start_carries_the_agreed_q_to_the_next_step(world1):
     )
     assert not cold_state.codec.stateful
     cold_outs = [hook_once(cold_state, g, [shape]) for g in gs]
-    assert cold_state.states == {} and cold_state.layouts == {}
+    assert cold_state.states == {}
+    assert cold_state.layouts == {0: ((0, shape, 0),)}, "the layout is kept all the same"
     assert torch.equal(cold_outs[0], out0), "both start from the same Q₀"
     _, cold_out1, _ = one_rank_step(cold_state.codec, gs[1], 1, shape)
     assert torch.equal(cold_outs[1], cold_out1)
     assert not torch.equal(cold_outs[1], out1)
 
 
-def test_a_rebuilt_bucket_drops_its_codec_state(world1, caplog):
-    # The same 384 floats as 24 x 16, then as 16 x 24: a Q of 16 rows belongs to the first.
+def test_a_bucket_holding_something_else_starts_its_codec_state_afresh(world1, caplog):
+    # The same 384 floats as a 24 x 16 parameter, then as another, 16 x 24: bucket 0's Q of
+    # 16 rows belongs to the first.
     g = torch.randn(24 * 16, generator=torch.Generator().manual_seed(12))
     state = CodecState(None, "codec-powersgd", params={"rank": 2}, error_feedback=False)
     hook_once(state, g, [(24, 16)])
     kept = state.states[0]
     with caplog.at_level("INFO", logger="lsgd_torch.comm"):
         out = hook_once(state, g, [(16, 24)])
-    assert "changed layout" in caplog.text and "codec state" in caplog.text
+    assert "no bucket of step 1 holds what kept bucket(s) [0] held" in caplog.text
+    assert "codec states are dropped" in caplog.text
     _, cold, after = one_rank_step(state.codec, g, 1, (16, 24))
-    assert torch.equal(out, cold), "the rebuilt bucket starts cold"
+    assert torch.equal(out, cold), "the other bucket starts cold"
     assert state.states[0] == after != kept
-    assert state.layouts[0] == (((16, 24), 0),)
+    # Parameters without names are numbered as the state first sees them.
+    assert state.layouts[0] == ((1, (16, 24), 0),)
 
 
-def test_error_feedback_waits_for_start_iter_and_drops_a_rebuilt_buckets_residual(
+def test_error_feedback_waits_for_start_iter_and_drops_the_residual_of_a_parameter_gone(
     world1, caplog
 ):
     g = torch.randn(200, generator=torch.Generator().manual_seed(5))
@@ -322,12 +337,127 @@ def test_error_feedback_waits_for_start_iter_and_drops_a_rebuilt_buckets_residua
     assert state.residuals == {} and state.iter == 1
     out = hook_once(state, g)
     assert torch.equal(state.residuals[0], g - out)
-    # The same bucket index with other tensors: DDP rebuilt its buckets. The old residual
-    # belongs to other parameters and must not be added.
+    # The same bucket index with other parameters: the old residual belongs to a parameter
+    # no bucket holds any more and must not be added.
     with caplog.at_level("WARNING"):
         out = hook_once(state, g, [(100,), (100,)])
-    assert "changed layout" in caplog.text
+    assert "step 2 has no bucket holding parameters [0]; their residuals are dropped" in caplog.text
     assert torch.equal(state.residuals[0], g - out)
+
+
+def hook_step(state, buckets):
+    """One step of the hook over `buckets` (Bucket, in DDP's order, the last one last): each
+    bucket's result."""
+    futures = [codec_hook(state, b) for b in buckets]
+    return [f.wait() for f in futures]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_regrouped_bucket_takes_its_parameters_residuals_slice_by_slice(
+    world1, caplog, overlap
+):
+    # DDP's rebuild after its first iteration regroups the parameters: each keeps what top-k
+    # did not send of it, wherever it lands.
+    a, c = params_of((20, 20), (30,))
+    gen = torch.Generator().manual_seed(21)
+    state = CodecState(
+        None, "codec-top-k", params={"density": 0.05}, start_iter=0, overlap=overlap
+    )
+    g0 = torch.randn(430, generator=gen)
+    (out0,) = hook_step(state, [Bucket(g0.clone(), params=[a, c])])
+    e = g0 - out0
+    assert torch.equal(state.residuals[0], e)
+    ga, gc = torch.randn(400, generator=gen), torch.randn(30, generator=gen)
+    with caplog.at_level("INFO", logger="lsgd_torch.comm"):
+        out_c, out_a = hook_step(
+            state,
+            [Bucket(gc.clone(), params=[c], last=False), Bucket(ga.clone(), params=[a], index=1)],
+        )
+    assert caplog.text == "", "nothing kept is dropped"
+    for out, g, kept in [(out_a, ga, e[:400]), (out_c, gc, e[400:])]:
+        p = g + kept
+        sent = out.nonzero().flatten()
+        assert set(sent.tolist()) == topk_positions(p, len(sent))
+        assert torch.equal(out[sent], p[sent])
+    assert state.layouts == {0: ((1, (30,), 0),), 1: ((0, (20, 20), 0),)}
+    assert torch.equal(state.residuals[1], ga + e[:400] - out_a)
+    assert state.iter == 2, "a step ends with its last bucket"
+
+
+def test_a_bucket_holding_what_a_kept_one_held_takes_its_codec_state_whatever_its_index(
+    world1, caplog
+):
+    a, c = params_of((24, 16)), params_of((16, 24))
+    gen = torch.Generator().manual_seed(22)
+    gs = [torch.randn(384, generator=gen) for _ in range(4)]
+    state = CodecState(None, "codec-powersgd", params={"rank": 2}, error_feedback=False)
+    codec = state.codec
+    hook_step(state, [Bucket(gs[0].clone(), params=a, last=False),
+                      Bucket(gs[1].clone(), params=c, index=1)])
+    _, _, sa = one_rank_step(codec, gs[0], 0, (24, 16))
+    _, _, sc = one_rank_step(codec, gs[1], 0, (16, 24), bucket=1)
+    assert state.states == {0: sa, 1: sc}
+    # The same buckets in the other order: each takes its own Q, under its new index.
+    with caplog.at_level("INFO", logger="lsgd_torch.comm"):
+        out_c, out_a = hook_step(state, [Bucket(gs[3].clone(), params=c, last=False),
+                                         Bucket(gs[2].clone(), params=a, index=1)])
+    assert caplog.text == ""
+    _, want_c, next_c = one_rank_step(codec, gs[3], 1, (16, 24), sc, bucket=0)
+    _, want_a, next_a = one_rank_step(codec, gs[2], 1, (24, 16), sa, bucket=1)
+    assert torch.equal(out_c, want_c) and torch.equal(out_a, want_a)
+    assert state.states == {0: next_c, 1: next_a}
+
+
+def test_a_loaded_state_exchanges_its_kept_buckets_in_ddps_first_bucket(world1, tmp_path):
+    # A resumed process's DDP hands over one bucket of every parameter, in the model's order,
+    # until it rebuilds its buckets after that step: the loaded state cuts its kept buckets
+    # from it and the step is the uninterrupted one's, bit for bit.
+    a, c = params_of((24, 16)), params_of((16, 24))
+    gen = torch.Generator().manual_seed(23)
+    state = CodecState(None, "codec-powersgd", params={"rank": 1}, start_iter=0, seed=4)
+    rebuilt = lambda ga, gc: [Bucket(gc.clone(), params=c, last=False),
+                              Bucket(ga.clone(), params=a, index=1)]
+    hook_step(state, [Bucket(torch.randn(768, generator=gen), params=a + c)])
+    hook_step(state, rebuilt(torch.randn(384, generator=gen), torch.randn(384, generator=gen)))
+    torch.save({"codec": state}, tmp_path / "ckpt.pt")
+    restored = torch.load(tmp_path / "ckpt.pt", weights_only=True)["codec"]
+    assert restored.states == state.states and restored.layouts == state.layouts
+    assert all(torch.equal(restored.residuals[b], state.residuals[b]) for b in state.residuals)
+    assert restored._rank_record() == state._rank_record()
+
+    # Twice, as DDP with static_graph=True hands its first bucket over for two steps.
+    for _ in range(2):
+        ga, gc = torch.randn(384, generator=gen), torch.randn(384, generator=gen)
+        out_c, out_a = hook_step(state, rebuilt(ga, gc))
+        (first,) = hook_step(restored, [Bucket(torch.cat([ga, gc]), params=a + c)])
+        assert torch.equal(first, torch.cat([out_a, out_c]))
+        assert restored.states == state.states and restored.layouts == state.layouts
+        assert all(torch.equal(restored.residuals[b], e) for b, e in state.residuals.items())
+        assert restored.bytes_sent == state.bytes_sent and restored.iter == state.iter
+    # DDP's rebuilt buckets next: the kept ones, taken whole.
+    ga, gc = torch.randn(384, generator=gen), torch.randn(384, generator=gen)
+    assert all(map(torch.equal, hook_step(state, rebuilt(ga, gc)),
+                   hook_step(restored, rebuilt(ga, gc))))
+    assert restored.states == state.states
+
+
+def test_a_loaded_state_without_the_names_it_was_saved_with_says_so(world1, caplog):
+    a, c = params_of((20, 20)), params_of((30,))
+    names = {"layer.weight": a[0], "layer.bias": c[0]}
+    state = CodecState(None, "codec-top-k", params={"density": 0.05}, start_iter=0, names=names)
+    g = torch.randn(430, generator=torch.Generator().manual_seed(24))
+    hook_step(state, [Bucket(g[400:].clone(), params=c, last=False),
+                      Bucket(g[:400].clone(), params=a, index=1)])
+    assert state.layouts == {0: (("layer.bias", (30,), 0),), 1: (("layer.weight", (20, 20), 0),)}
+    restored = pickle.loads(pickle.dumps(state))
+    with caplog.at_level("WARNING", logger="lsgd_torch.comm"):
+        (out,) = hook_step(restored, [Bucket(g.clone(), params=a + c)])
+    assert "pass names= again with set_names after loading" in caplog.text
+    assert "their residuals are dropped" in caplog.text
+    # The step ran on the bucket it was given, from scratch.
+    sent = out.nonzero().flatten()
+    assert set(sent.tolist()) == topk_positions(g, len(sent))
+    assert restored.layouts == {0: ((0, (20, 20), 0), (1, (30,), 400))}
 
 
 def test_pickled_state_keeps_its_residuals_and_continues_identically(world1):
@@ -353,7 +483,7 @@ def test_pickled_state_keeps_its_residuals_and_continues_identically(world1):
         CodecState.__new__(CodecState).__setstate__(saved)
 
 
-def test_pickled_state_keeps_its_codec_states_and_continues_identically(world1):
+def test_pickled_state_keeps_its_codec_states_and_continues_identically(world1, caplog):
     gen = torch.Generator().manual_seed(13)
     gs = [torch.randn(24 * 16, generator=gen) for _ in range(3)]
     state = CodecState(None, "codec-powersgd", params={"rank": 2}, start_iter=0, seed=5)
@@ -374,12 +504,23 @@ def test_pickled_state_keeps_its_codec_states_and_continues_identically(world1):
     assert other._rank_record()["state"] != state._rank_record()["state"]
     assert other._rank_record()["residuals"] == state._rank_record()["residuals"]
 
-    # A state pickled before codec states were kept loads with none.
+    # A state pickled by the version that kept them by bucket index and (shape, offset) loads
+    # with its clock, and without them: nothing says which parameters they belonged to.
     saved = state.__getstate__()
-    del saved["states"]
+    del saved["format"], saved["rank"]
+    saved["layouts"] = {b: tuple(l[1:] for l in lay) for b, lay in saved["layouts"].items()}
+    saved["states"] = {b: t.numpy().tobytes() for b, t in saved["states"].items()}
     old = CodecState.__new__(CodecState)
-    old.__setstate__(saved)
-    assert old.states == {}
+    with caplog.at_level("WARNING", logger="lsgd_torch.comm"):
+        old.__setstate__(dict(saved))
+    assert "saved by an older lsgd-torch" in caplog.text
+    assert (old.states, old.residuals, old.layouts) == ({}, {}, {})
+    assert (old.iter, old.total_bytes_sent) == (state.iter, state.total_bytes_sent)
+    # ... and one pickled before codec states were kept at all, with none.
+    del saved["states"]
+    older = CodecState.__new__(CodecState)
+    older.__setstate__(saved)
+    assert older.states == {} and older.iter == state.iter
 
 
 def test_bad_plugins_and_parameters_are_refused():
