@@ -19,9 +19,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::errors::{plugin_to_py, to_py};
+use crate::errors::plugin_to_py;
 use crate::exchange::writable;
-use crate::{Budget, runtime};
+use crate::{Budget, load, runtime};
 
 /// A loaded codec plugin and its properties.
 #[pyclass(module = "lsgd_torch._native", frozen)]
@@ -134,7 +134,7 @@ fn floats(py: Python<'_>, data: &Bound<'_, PyAny>, len: u32, what: &str) -> PyRe
 
 #[pymethods]
 impl Codec {
-    /// Loads a codec plugin (a path or a name), configures it with `settings` and asks for its
+    /// Loads a codec plugin (a path, or a name looked up in `plugin_dirs()`), configures it with `settings` and asks for its
     /// properties.
     #[new]
     #[pyo3(signature = (plugin, settings, *, fuel_per_float=None, deadline_ms=None,
@@ -155,9 +155,7 @@ impl Codec {
             memory_mb,
             canonical_codec_nans: canonical_nans,
         })?;
-        let mut plugin = py
-            .detach(|| rt.load_configured(plugin, Some(PolicyKind::Codec), &settings))
-            .map_err(to_py)?;
+        let mut plugin = load(py, &rt, plugin, Some(PolicyKind::Codec), &settings)?;
         let properties = plugin.properties().map_err(plugin_to_py)?;
         let label = plugin.label().to_string();
         check_properties(&label, properties).map_err(PyValueError::new_err)?;

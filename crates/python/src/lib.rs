@@ -7,8 +7,13 @@
 //! - [`policy`]: a schedule, batch-size, label-smoothing or layer-rate plugin with its clock;
 //! - [`codec`]: a codec plugin and the metadata of the buckets it encodes;
 //! - [`exchange`]: one DDP bucket through the runtime's exchange, over `torch.distributed`;
-//! - [`errors`]: runtime errors as Python exceptions (`PluginFault` for a fault in a call);
+//! - [`errors`]: runtime errors as Python exceptions (`PluginFault` for a fault in a call),
+//!   worded in lsgd-torch's names ([`errors::PYTHON`]: `fuel=`, `global_batch=`, `WasmLR`);
 //! - [`alloc`]: the extension's allocator, which keeps the exchange's large blocks for reuse.
+//!
+//! A plugin given by name is looked up in `$LSGD_PLUGIN_PATH`, then in the package's own
+//! `plugins/` folder, where the wheel carries the reference plugins ([`search_dirs`]); never
+//! next to the process's binary, which here is the Python interpreter.
 
 mod alloc;
 mod codec;
@@ -16,9 +21,13 @@ mod errors;
 mod exchange;
 mod policy;
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use lsgd_runtime::plugin::{Cache, EngineOptions, Limits, Runtime, contract};
+use lsgd_policy::{ParamSpec, ParamType};
+use lsgd_runtime::plugin::{
+    Cache, EngineOptions, Limits, Plugin, PolicyKind, Runtime, contract, locate,
+};
 use pyo3::prelude::*;
 
 #[global_allocator]
@@ -71,7 +80,8 @@ fn runtime(budget: Budget) -> PyResult<Arc<Runtime>> {
         ..EngineOptions::default()
     };
     let rt = Runtime::with_options(Cache::from_env(), budget.limits()?, options)
-        .map_err(errors::to_py)?;
+        .map_err(errors::to_py)?
+        .with_words(&errors::PYTHON);
     let rt = Arc::new(rt);
     all.push((budget, rt.clone()));
     Ok(rt)
@@ -85,6 +95,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<codec::BucketMeta>()?;
     m.add_function(wrap_pyfunction!(codec::sample_bucket, m)?)?;
     m.add_function(wrap_pyfunction!(blake3_hex, m)?)?;
+    m.add_function(wrap_pyfunction!(plugin_dirs, m)?)?;
     let contracts: Vec<String> = contract::SUPPORTED.iter().map(|v| v.to_string()).collect();
     m.add("CONTRACTS", contracts)?;
     Ok(())
@@ -94,4 +105,75 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn blake3_hex(data: &[u8]) -> String {
     blake3::hash(data).to_hex().to_string()
+}
+
+/// Where a plugin given by a bare name is looked for, in order: the entries of
+/// `$LSGD_PLUGIN_PATH` (a user's own plugins come first), then the package's `plugins/` folder.
+fn search_dirs(py: Python<'_>) -> Vec<PathBuf> {
+    let mut dirs = locate::plugin_path();
+    // The package's folder, from where Python imported it; absent when the bare extension is
+    // imported without its Python half.
+    let package = py
+        .import("lsgd_torch")
+        .and_then(|m| m.getattr("__file__"))
+        .and_then(|f| f.extract::<PathBuf>());
+    if let Some(dir) = package.ok().as_deref().and_then(std::path::Path::parent) {
+        dirs.push(dir.join("plugins"));
+    }
+    dirs
+}
+
+/// The folders a plugin name is looked up in, in order (`$LSGD_PLUGIN_PATH`'s entries, then
+/// the package's `plugins/` folder).
+#[pyfunction]
+fn plugin_dirs(py: Python<'_>) -> Vec<PathBuf> {
+    search_dirs(py)
+}
+
+/// Locates `plugin` (a path, or a name in [`search_dirs`]), loads it expecting `kind` and
+/// configures it with `settings`, an integral float given for an integer parameter taken as
+/// that integer.
+fn load(
+    py: Python<'_>,
+    rt: &Runtime,
+    plugin: &str,
+    kind: Option<PolicyKind>,
+    settings: &[(String, String)],
+) -> PyResult<Plugin> {
+    let dirs = search_dirs(py);
+    py.detach(|| {
+        let path = locate::locate_in(plugin, &dirs, rt.words())?;
+        let mut loaded = rt.load(&path, kind)?;
+        let settings = integral(&loaded.info().params, settings);
+        loaded.configure(&settings)?;
+        Ok::<_, lsgd_runtime::Error>(loaded)
+    })
+    .map_err(errors::to_py)
+}
+
+/// `settings` with each value of an integer parameter that Python wrote as an integral float
+/// (`4.0`, from `total_iters=4.0` or a computed `epochs * 0.5`) written as the integer, so
+/// that it passes the runtime's type check and its identity is that of `4`. Only floats that
+/// are exactly integers below 2**53 count; anything else reaches the check unchanged and is
+/// refused there.
+fn integral(specs: &[ParamSpec], settings: &[(String, String)]) -> Vec<(String, String)> {
+    settings
+        .iter()
+        .map(|(key, raw)| {
+            let integer = specs
+                .iter()
+                .any(|s| s.name == *key && s.ty == ParamType::Integer);
+            let whole = raw
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.fract() == 0.0 && x.abs() < 2f64.powi(53));
+            match whole {
+                Some(x) if integer && raw.trim().parse::<i64>().is_err() => {
+                    (key.clone(), format!("{}", x as i64))
+                }
+                _ => (key.clone(), raw.clone()),
+            }
+        })
+        .collect()
 }

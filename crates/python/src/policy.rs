@@ -14,8 +14,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::errors::{plugin_to_py, to_py};
-use crate::{Budget, runtime};
+use crate::errors::{PYTHON, plugin_to_py, to_py};
+use crate::{Budget, load, runtime};
 
 /// A loaded policy plugin and its clock.
 #[pyclass(module = "lsgd_torch._native", frozen)]
@@ -83,7 +83,7 @@ impl Inner {
 
 #[pymethods]
 impl Policy {
-    /// Loads `plugin` (a path, or a name looked up as the host does), expecting `kind` when
+    /// Loads `plugin` (a path, or a name looked up in `plugin_dirs()`), expecting `kind` when
     /// given, configures it with `settings` and starts its clock at step 0.
     #[new]
     #[pyo3(signature = (plugin, kind, settings, *, epochs, samples_per_epoch, global_batch,
@@ -107,15 +107,17 @@ impl Policy {
         max_batch: Option<u32>,
     ) -> PyResult<Self> {
         let expect = kind.map(policy_kind).transpose()?;
-        let clock = Clock::new(RunShape {
+        let shape = RunShape {
             epochs,
             samples_per_epoch,
             initial_batch: global_batch,
             world_size,
             base_lr,
             reference_batch,
-        })
-        .map_err(to_py)?;
+        };
+        // Checked in lsgd-torch's words first: `Clock::new`'s own check names the host's flags.
+        shape.check(&PYTHON).map_err(to_py)?;
+        let clock = Clock::new(shape).map_err(to_py)?;
         let rt = runtime(Budget {
             fuel,
             codec_fuel_per_float: None,
@@ -123,9 +125,7 @@ impl Policy {
             memory_mb,
             canonical_codec_nans: false,
         })?;
-        let plugin = py
-            .detach(|| rt.load_configured(plugin, expect, &settings))
-            .map_err(to_py)?;
+        let plugin = load(py, &rt, plugin, expect, &settings)?;
         if plugin.kind() == PolicyKind::Codec {
             return Err(PyValueError::new_err(format!(
                 "plugin {}: is a codec plugin; use lsgd_torch.CodecState for codecs",

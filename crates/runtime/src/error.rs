@@ -2,7 +2,8 @@
 //! (it names the plugin, the call and the step); everything else that can go wrong before or
 //! between plugin calls — a plugin that cannot be found, a run shape that makes no sense, two
 //! plugins for one slot — is a variant of [`Error`]. Every message is written for the person at
-//! the command line and names the flag or file to fix.
+//! the command line and names the flag or file to fix, in the caller's words
+//! ([`crate::plugin::Words`]: lsgd-host's flags, lsgd-torch's keywords).
 
 use crate::plugin::{PluginError, PolicyKind};
 
@@ -14,8 +15,7 @@ pub enum Error {
     Plugin(#[from] PluginError),
     /// No plugin file under that name (see [`crate::plugin::locate`]).
     #[error(
-        "no plugin file `{arg}`: not a path, and no {file} in {}{} (set LSGD_PLUGIN_PATH, or \
-         build the reference plugins with scripts/build-plugins.sh)",
+        "no plugin file `{arg}`: not a path, and no {file} in {}{} ({hint})",
         .looked.join(", "),
         passed_over_note(.passed_over)
     )]
@@ -28,6 +28,8 @@ pub enum Error {
         looked: Vec<String>,
         /// Directories of the name looked for, which are not plugins.
         passed_over: Vec<String>,
+        /// What to do, in the caller's words ([`crate::plugin::Words::not_found`]).
+        hint: &'static str,
     },
     /// The run's shape (epochs, batch, world size ...) is invalid; the message names the flag.
     #[error("{0}")]
@@ -119,6 +121,7 @@ mod tests {
             file: "nope.wasm".into(),
             looked: vec!["a".into(), "b".into()],
             passed_over: Vec::new(),
+            hint: crate::plugin::words::CLI.not_found,
         };
         assert_eq!(
             e.to_string(),

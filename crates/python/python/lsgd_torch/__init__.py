@@ -10,10 +10,12 @@ the sandbox's limits and the codecs' seeds are lsgd-host's own runtime (``lsgd_t
 - ``CodecState``, ``codec_hook``: a codec plugin as a DDP comm hook, with error feedback;
 - ``check_ranks``: every rank runs the same plugins at the same step and state;
 - ``exit_ranks``: ends a gloo job's ranks without torch's abort at interpreter exit;
-- ``PluginFault``: a plugin's fault (trap, fuel, deadline, invalid output), never a crash.
+- ``PluginFault``: a plugin's fault (trap, fuel, deadline, invalid output), never a crash;
+- ``plugin_dirs()``: where a plugin's bare name is looked up (``LSGD_PLUGIN_PATH``, then the
+  reference plugins inside this package).
 """
 
-from ._native import CONTRACTS, blake3_hex, sample_bucket
+from ._native import CONTRACTS, blake3_hex, plugin_dirs, sample_bucket
 from .comm import CodecState, codec_hook
 from .errors import PluginFault
 from .layer_rate import WasmLayerRate
@@ -34,5 +36,6 @@ __all__ = [
     "check_ranks",
     "codec_hook",
     "exit_ranks",
+    "plugin_dirs",
     "sample_bucket",
 ]

@@ -20,7 +20,15 @@ def settings(params):
 def _text(value):
     """One parameter value as ``--set`` text: booleans as true/false, floats in shortest
     round-trip form, a list or tuple as the comma-separated list the host takes
-    (``[30, 60, 80]`` is ``30,60,80``)."""
+    (``[30, 60, 80]`` is ``30,60,80``), a numpy scalar, a 0-d tensor or array as its Python
+    number and a 1-d one as its list. The runtime types the text by the plugin's
+    ``describe()``; where it declares an integer, an integral float (``4.0``) counts as that
+    integer."""
+    if hasattr(value, "tolist") and hasattr(value, "ndim"):
+        # numpy scalars and arrays, torch tensors: a float32 0.1 is the float it holds.
+        if value.ndim > 1:
+            raise TypeError(f"a parameter value has at most one dimension, not {value.ndim}")
+        value = value.tolist()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):

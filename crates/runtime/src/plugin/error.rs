@@ -2,6 +2,7 @@
 //! one, the training step, because a user staring at a failed 90-epoch run needs all three.
 
 use super::guest::{self, GuestReport};
+use super::words::{CLI, Knob, Words};
 
 /// What went wrong inside or around a plugin.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -19,9 +20,7 @@ pub enum Fault {
     #[error("trapped: {0}")]
     Trap(String),
     /// The call ran past its wall-clock backstop.
-    #[error(
-        "exceeded its {ms} ms wall-clock deadline (a backstop; raise it with --plugin-deadline-ms)"
-    )]
+    #[error("{}", deadline_text(*.ms, &CLI))]
     Deadline { ms: u64 },
     /// The call used up its fuel: the same on every rank, whatever the machine's load.
     #[error(
@@ -34,11 +33,7 @@ pub enum Fault {
         remedy: &'static str,
     },
     /// The guest tried to grow its memory past the cap.
-    #[error(
-        "tried to grow its memory to {} MiB, over the {} MiB cap (raise it with --plugin-memory-mb)",
-        .requested.div_ceil(1 << 20),
-        .cap >> 20
-    )]
+    #[error("{}", memory_text(*.cap, *.requested, &CLI))]
     MemoryCap { cap: usize, requested: usize },
     /// The call returned a value the host refuses (NaN learning rate, batch 0 ...).
     #[error("returned an invalid value: {0}")]
@@ -87,6 +82,12 @@ impl PluginError {
         }
     }
 
+    /// The error as a caller whose users name the limits in `words` shows it (its `Display`
+    /// uses lsgd-host's flags, [`CLI`]).
+    pub fn worded<'a>(&'a self, words: &'a Words) -> Worded<'a> {
+        Worded { error: self, words }
+    }
+
     /// The same error, attributed to a training step.
     pub fn at_step(mut self, step: u64) -> Self {
         self.step = Some(step);
@@ -101,14 +102,33 @@ impl PluginError {
 
 impl std::fmt::Display for PluginError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "plugin {}: {}{}: ",
-            self.plugin,
-            self.call,
-            at_step(self.step)
-        )?;
-        match (&self.fault, self.guest_report()) {
+        self.worded(&CLI).fmt(f)
+    }
+}
+
+/// A [`PluginError`] shown in a caller's words ([`PluginError::worded`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Worded<'a> {
+    error: &'a PluginError,
+    words: &'a Words,
+}
+
+impl Worded<'_> {
+    /// The fault, a limit it tells the user to raise named in the caller's words.
+    fn fault_text(&self) -> String {
+        match self.error.fault {
+            Fault::Deadline { ms } => deadline_text(ms, self.words),
+            Fault::MemoryCap { cap, requested } => memory_text(cap, requested, self.words),
+            ref fault => fault.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Worded<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = self.error;
+        write!(f, "plugin {}: {}{}: ", e.plugin, e.call, at_step(e.step))?;
+        match (&e.fault, e.guest_report()) {
             (Fault::Trap(reason), Some(report)) => {
                 write!(f, "trapped: {}", report.headline)?;
                 for line in &report.details {
@@ -116,8 +136,8 @@ impl std::fmt::Display for PluginError {
                 }
                 write!(f, "\n  {reason}")?;
             }
-            (fault, report) => {
-                write!(f, "{fault}")?;
+            (_, report) => {
+                write!(f, "{}", self.fault_text())?;
                 if let Some(report) = report {
                     write!(f, "\n  plugin stderr: {}", report.headline)?;
                     for line in &report.details {
@@ -126,7 +146,7 @@ impl std::fmt::Display for PluginError {
                 }
             }
         }
-        if let Some(backtrace) = self.backtrace.as_deref().filter(|b| !b.trim().is_empty()) {
+        if let Some(backtrace) = e.backtrace.as_deref().filter(|b| !b.trim().is_empty()) {
             write!(f, "\n  wasm backtrace:")?;
             for line in backtrace.trim_end().lines() {
                 write!(f, "\n  {line}")?;
@@ -137,6 +157,26 @@ impl std::fmt::Display for PluginError {
 }
 
 impl std::error::Error for PluginError {}
+
+/// [`Fault::Deadline`]'s message, naming the setting in `words`.
+fn deadline_text(ms: u64, words: &Words) -> String {
+    let remedy = words.raise(Knob::DeadlineMs).map(|r| format!("; {r}"));
+    format!(
+        "exceeded its {ms} ms wall-clock deadline (a backstop{})",
+        remedy.unwrap_or_default()
+    )
+}
+
+/// [`Fault::MemoryCap`]'s message, naming the setting in `words`.
+fn memory_text(cap: usize, requested: usize, words: &Words) -> String {
+    let remedy = words.raise(Knob::MemoryMb).map(|r| format!(" ({r})"));
+    format!(
+        "tried to grow its memory to {} MiB, over the {} MiB cap{}",
+        requested.div_ceil(1 << 20),
+        cap >> 20,
+        remedy.unwrap_or_default()
+    )
+}
 
 /// ` at step N`, when the call had a step.
 fn at_step(step: Option<u64>) -> String {
@@ -201,6 +241,32 @@ mod tests {
                 .to_string(),
             "plugin w.wasm: epsilon at step 4: ran out of its 1000-unit fuel budget \
              (deterministic: every rank stops here; raise it with --plugin-fuel)"
+        );
+    }
+
+    #[test]
+    fn a_caller_shows_the_limits_in_its_own_words() {
+        static KW: Words = Words {
+            names: &[(Knob::DeadlineMs, "deadline_ms")],
+            style: super::super::words::Style::Keyword,
+            ..CLI
+        };
+        let e = PluginError::new("w.wasm", "epsilon", Fault::Deadline { ms: 10 });
+        assert_eq!(
+            e.worded(&KW).to_string(),
+            "plugin w.wasm: epsilon: exceeded its 10 ms wall-clock deadline (a backstop; raise it \
+             with the deadline_ms= argument)"
+        );
+        // A limit the caller's users cannot set is not offered.
+        let cap = Fault::MemoryCap {
+            cap: 64 << 20,
+            requested: (64 << 20) + 1,
+        };
+        assert_eq!(
+            PluginError::new("w.wasm", "epsilon", cap)
+                .worded(&KW)
+                .to_string(),
+            "plugin w.wasm: epsilon: tried to grow its memory to 65 MiB, over the 64 MiB cap"
         );
     }
 }

@@ -26,6 +26,7 @@ use super::params;
 use super::runtime::Metering;
 use super::sandbox::{Limits, Sandbox, TICK};
 use super::types::Output;
+use super::words::{Knob, Words};
 
 /// A codec call that uses more than this share of its fuel or of its wall-clock backstop is
 /// reported (once per plugin and call name): it is a slower rank or a bigger bucket away from
@@ -87,6 +88,8 @@ pub struct Plugin {
     indices: Indices,
     facts: Facts,
     limits: Limits,
+    /// The caller's names for the limits a fault tells the user to raise.
+    words: &'static Words,
     info: Info,
     /// `None` until the parameters resolve: a plugin with a required parameter stays
     /// unconfigured until the user gives it.
@@ -126,6 +129,7 @@ impl Plugin {
         contract: Contract,
         facts: Facts,
         limits: Limits,
+        words: &'static Words,
     ) -> Result<Self, PluginError> {
         let indices = Indices::new(&pre, contract.binding, contract.kind, contract.stateful)
             .map_err(|e| mismatch(&label, &contract, &e))?;
@@ -137,6 +141,7 @@ impl Plugin {
             indices,
             facts,
             limits,
+            words,
             info: Info {
                 name: String::new(),
                 version: String::new(),
@@ -172,6 +177,11 @@ impl Plugin {
     /// The file the plugin was loaded from, as the user gave it.
     pub fn label(&self) -> &str {
         &self.label
+    }
+
+    /// The caller's words its messages use.
+    pub fn words(&self) -> &'static Words {
+        self.words
     }
 
     /// Its kind (world).
@@ -554,17 +564,17 @@ impl Plugin {
         let (used, risk) = match self.last_fuel {
             Some(used) if fuel_share > SLOW_SHARE => (
                 format!(
-                    "{:.0}% of its fuel ({used} of {fuel} units; --codec-fuel-per-float raises \
-                     it)",
-                    fuel_share * 100.0
+                    "{:.0}% of its fuel ({used} of {fuel} units{})",
+                    fuel_share * 100.0,
+                    raises(self.words, Knob::CodecFuelPerFloat)
                 ),
                 "other inputs",
             ),
             _ => (
                 format!(
-                    "{:.0}% of its wall-clock backstop ({elapsed_ms:.0} of {deadline_ms:.0} ms; \
-                     --plugin-deadline-ms raises it)",
-                    time_share * 100.0
+                    "{:.0}% of its wall-clock backstop ({elapsed_ms:.0} of {deadline_ms:.0} ms{})",
+                    time_share * 100.0,
+                    raises(self.words, Knob::DeadlineMs)
                 ),
                 "a busier machine",
             ),
@@ -660,10 +670,10 @@ impl Plugin {
             Fault::Fuel {
                 units: self.budget_fuel(budget),
                 remedy: match budget {
-                    Budget::Policy => "raise it with --plugin-fuel",
+                    Budget::Policy => self.words.fuel_remedies[0],
                     // Only a runtime that needs tens of billions of instructions to start hits it.
                     Budget::Setup => "the budget of setup calls is fixed",
-                    Budget::Codec(_) => "raise it with --codec-fuel-per-float",
+                    Budget::Codec(_) => self.words.fuel_remedies[1],
                 },
             }
         } else if trap == Some(Trap::StackOverflow) {
@@ -694,6 +704,15 @@ impl Plugin {
         err.backtrace = backtrace;
         err
     }
+}
+
+/// `; --plugin-deadline-ms raises it` in the caller's words, or nothing for a limit its users
+/// cannot set.
+fn raises(words: &Words, knob: Knob) -> String {
+    words
+        .raises(knob)
+        .map(|r| format!("; {r}"))
+        .unwrap_or_default()
 }
 
 /// A wasm backtrace's frames, one a line, without wasmtime's heading.

@@ -8,7 +8,9 @@
 //!   the latest version's WIT `types` interface (every version's bindings map theirs onto
 //!   them) and their conversions to and from `lsgd_policy`'s types, written once;
 //! - [`instance`]: one loaded plugin and its live instance;
-//! - [`locate`]: plugin names to files;
+//! - [`locate`]: plugin names to files, in the folders the caller names;
+//! - [`words`]: the caller's names for the settings a message tells the user to change
+//!   (lsgd-host's flags, lsgd-torch's keywords);
 //! - [`params`]: `--set` values type-checked against `describe()`;
 //! - [`sandbox`]: what an instance may touch (nothing) and its limits;
 //! - `waits`: the sandbox's clock waits and `wasi:io/poll`, which take no time and never block;
@@ -17,7 +19,7 @@
 //! - [`guest`]: a failed guest's stderr read in its language's terms (exception, panic).
 //!
 //! Imports run one way: `runtime` → `instance` → `binding` → `v0_*` → `types`, and everything
-//! may use `sandbox`, `error` and `contract`, which use nothing above them.
+//! may use `sandbox`, `error`, `contract` and `words`, which use nothing above them.
 //!
 //! A new contract version `v0_N` gets a module of its own whose bindgen maps its `types` onto
 //! [`types`]`::wit` with `with:`; [`types`] then generates from the new version's WIT (the older
@@ -39,12 +41,14 @@ pub mod v0_2;
 pub mod v0_3;
 pub mod v0_4;
 mod waits;
+pub mod words;
 
 pub use cache::{Cache, Origin};
 pub use contract::{Contract, PolicyKind, Version};
-pub use error::{Fault, PluginError};
+pub use error::{Fault, PluginError, Worded};
 pub use guest::GuestReport;
 pub use instance::{Plugin, identity};
 pub use runtime::{EngineOptions, Runtime};
 pub use sandbox::Limits;
 pub use types::Output;
+pub use words::{Knob, Style, Words};

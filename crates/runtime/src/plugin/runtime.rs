@@ -37,6 +37,7 @@ use super::contract::{Contract, PolicyKind};
 use super::error::{Fault, PluginError, wasm_msg};
 use super::instance::{Facts, Plugin};
 use super::sandbox::{Limits, Sandbox, TICK};
+use super::words::{CLI, Knob, Words};
 use crate::Result;
 
 /// What an engine's compiled code counts to bound a call.
@@ -123,6 +124,7 @@ pub struct Runtime {
     cache: Cache,
     limits: Limits,
     options: EngineOptions,
+    words: &'static Words,
 }
 
 impl Runtime {
@@ -142,7 +144,19 @@ impl Runtime {
             cache,
             limits,
             options,
+            words: &CLI,
         })
+    }
+
+    /// The same runtime wording its messages in `words` (lsgd-host's flags by default).
+    pub fn with_words(mut self, words: &'static Words) -> Self {
+        self.words = words;
+        self
+    }
+
+    /// The words its messages use.
+    pub fn words(&self) -> &'static Words {
+        self.words
     }
 
     /// The compiler settings.
@@ -173,15 +187,15 @@ impl Runtime {
         &self.cache
     }
 
-    /// Locates a plugin by path or name (see [`super::locate`]), loads it expecting `kind` when
-    /// given, and configures it with `settings`.
+    /// Locates a plugin by path or name in lsgd-host's folders ([`super::locate::search_dirs`]),
+    /// loads it expecting `kind` when given, and configures it with `settings`.
     pub fn load_configured(
         &self,
         arg: &str,
         kind: Option<PolicyKind>,
         settings: &[(String, String)],
     ) -> Result<Plugin> {
-        let path = super::locate::locate(arg)?;
+        let path = super::locate::locate_in(arg, &super::locate::search_dirs(), self.words)?;
         let mut plugin = self.load(&path, kind)?;
         plugin.configure(settings)?;
         Ok(plugin)
@@ -192,7 +206,8 @@ impl Runtime {
     pub fn load(&self, path: &Path, expect: Option<PolicyKind>) -> Result<Plugin, PluginError> {
         let label = path.display().to_string();
         let load_err = |m: String| PluginError::new(label.clone(), "load", Fault::Load(m));
-        let bytes = read_component(path, self.limits.max_component_bytes).map_err(load_err)?;
+        let bytes =
+            read_component(path, self.limits.max_component_bytes, self.words).map_err(load_err)?;
         // The engine is chosen by the kind the export names declare; the contract is then
         // read again, authoritatively, from the compiled component's type.
         let sandboxed = match declared_kind(&bytes) {
@@ -215,7 +230,7 @@ impl Runtime {
                 "is a {} plugin (world {}), but {} takes a {} plugin (world {})",
                 contract.kind,
                 contract.kind.world(),
-                kind.flag(),
+                self.words.takes(kind),
                 kind,
                 kind.world()
             )));
@@ -245,23 +260,24 @@ impl Runtime {
                 metering: sandboxed.metering,
             },
             self.limits,
+            self.words,
         )
     }
 }
 
 /// The bytes of a component file, refused before compiling when they are over `limit`, not
 /// WebAssembly, or a core module rather than a component.
-fn read_component(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+fn read_component(path: &Path, limit: u64, words: &Words) -> Result<Vec<u8>, String> {
     // Before reading and compiling: a hostile multi-GiB file would cost memory and minutes.
     let size = std::fs::metadata(path)
         .map_err(|e| format!("cannot read the file: {e}"))?
         .len();
     if size > limit {
-        return Err(too_big(size, limit));
+        return Err(too_big(size, limit, words));
     }
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read the file: {e}"))?;
     if bytes.len() as u64 > limit {
-        return Err(too_big(bytes.len() as u64, limit));
+        return Err(too_big(bytes.len() as u64, limit, words));
     }
     if !bytes.starts_with(b"\0asm") {
         return Err("not a WebAssembly file (no \\0asm header)".into());
@@ -277,12 +293,15 @@ fn read_component(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
 }
 
 /// The refusal of a component of `size` bytes over the `limit`.
-fn too_big(size: u64, limit: u64) -> String {
+fn too_big(size: u64, limit: u64, words: &Words) -> String {
     format!(
-        "the component is {:.1} MiB, over the {} MiB limit on a plugin's size (raise it with \
-         --plugin-max-mb)",
+        "the component is {:.1} MiB, over the {} MiB limit on a plugin's size{}",
         size as f64 / f64::from(1 << 20),
-        limit >> 20
+        limit >> 20,
+        words
+            .raise(Knob::MaxComponentMb)
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
     )
 }
 

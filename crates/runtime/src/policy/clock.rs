@@ -7,6 +7,7 @@
 
 use lsgd_policy::State;
 
+use crate::plugin::words::{CLI, Knob, Words};
 use crate::{Error, Result};
 
 /// The fixed shape of a run, from the command line or config.
@@ -30,27 +31,35 @@ impl RunShape {
     /// Checks the shape makes sense before any policy sees it; the error
     /// ([`Error::Shape`]) names the flag to fix.
     pub fn validate(&self) -> Result<()> {
+        self.check(&CLI)
+    }
+
+    /// The same check, naming what to fix in the caller's `words`.
+    pub fn check(&self, words: &Words) -> Result<()> {
+        let at_least_one = |knob| Err(shape(format!("{} must be at least 1", words.subject(knob))));
         if self.epochs == 0 {
-            return Err(shape("--epochs must be at least 1"));
+            return at_least_one(Knob::Epochs);
         }
         if self.samples_per_epoch == 0 {
             return Err(shape("an epoch must have at least one sample"));
         }
         if self.world_size == 0 {
-            return Err(shape("--world-size must be at least 1"));
+            return at_least_one(Knob::WorldSize);
         }
         if self.initial_batch == 0 || !self.initial_batch.is_multiple_of(self.world_size) {
             return Err(shape(format!(
-                "--global-batch {} must be a positive multiple of the world size {}",
-                self.initial_batch, self.world_size
+                "{} must be a positive multiple of the world size {}",
+                words.with_value(Knob::GlobalBatch, self.initial_batch),
+                self.world_size
             )));
         }
         if self.reference_batch == 0 {
-            return Err(shape("--reference-batch must be at least 1"));
+            return at_least_one(Knob::ReferenceBatch);
         }
         if !(self.base_lr.is_finite() && self.base_lr >= 0.0) {
             return Err(shape(format!(
-                "--base-lr must be finite and >= 0, got {}",
+                "{} must be finite and >= 0, got {}",
+                words.subject(Knob::BaseLr),
                 self.base_lr
             )));
         }

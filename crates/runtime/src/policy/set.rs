@@ -10,7 +10,7 @@ use lsgd_policy::{State, TensorNorms};
 
 use super::clock::Clock;
 use super::compose::Composition;
-use crate::plugin::{Fault, Output, Plugin, PluginError, PolicyKind};
+use crate::plugin::{Fault, Knob, Output, Plugin, PluginError, PolicyKind};
 use crate::{Error, Result};
 
 /// What the policies decided for one step.
@@ -518,8 +518,8 @@ pub fn check_output(
             Some(format!("learning rate {lr}: must be finite and >= 0"))
         }
         Output::GlobalBatch(b) if b == 0 || b > bounds.max_batch => Some(format!(
-            "global batch {b}: must be between 1 and --max-batch {}",
-            bounds.max_batch
+            "global batch {b}: must be between 1 and {}",
+            plugin.words().with_value(Knob::MaxBatch, bounds.max_batch)
         )),
         Output::GlobalBatch(b) if !b.is_multiple_of(state.world_size) => Some(format!(
             "global batch {b}: not divisible by the world size {}",
