@@ -55,8 +55,11 @@ class Driver:
         # (step, value) of the last call: a stateful plugin is called once per step, as in
         # the host, however often PyTorch asks for the step's value.
         self._value = None
-        # (step, momentum) likewise: a contract-0.4 schedule's second output.
+        # (step, momentum) likewise: a contract-0.4 schedule's second output (older contracts
+        # have none, and are not asked: a native call per step saved).
         self._momentum = None
+        major_minor = tuple(int(x) for x in self.policy.contract.split(".")[:2])
+        self._answers_momentum = kind == "schedule" and major_minor >= (0, 4)
         # The batch each step consumed is the one in force when it was decided.
         self._batch = None
         self._loss = None
@@ -74,6 +77,8 @@ class Driver:
     def momentum(self, batch=None):
         """This step's momentum (``None``: the plugin leaves it alone), asked once per step
         right after the step's value, as the host asks them."""
+        if not self._answers_momentum:
+            return None
         step = self.policy.step
         if self._momentum is None or self._momentum[0] != step:
             self.value(batch)

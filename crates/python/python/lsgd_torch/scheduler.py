@@ -21,9 +21,9 @@ def _group_params(params, n):
                     f"parameter group, not {type(params).__name__}")
 
 
-def _stored(group, lr):
-    """``lr`` as the group will hold it: a tensor lr (torch allows one) rounds to its dtype."""
-    held = group["lr"]
+def _stored(held, lr):
+    """``lr`` as a group whose lr is ``held`` will hold it: a tensor lr (torch allows one)
+    rounds to its dtype."""
     return held.new_tensor(lr).item() if isinstance(held, torch.Tensor) else lr
 
 
@@ -82,6 +82,8 @@ class WasmLR(LRScheduler):
         # the rate the other schedulers' factors alone would give (the group's base at first).
         self._written = [None] * len(groups)
         self._others = [None] * len(groups)
+        # Whether any plugin answers momentum (contract 0.4): the others are not asked.
+        self._momentum_drivers = any(d._answers_momentum for d in self._drivers)
         super().__init__(optimizer, last_epoch)
 
     @property
@@ -93,14 +95,18 @@ class WasmLR(LRScheduler):
     def _rates(self):
         """Each group's plugin rate at step ``last_epoch``, its momentum written on the way."""
         batch = None if self._batch_size is None else self._batch_size.global_batch
+        t = self.last_epoch
+        rates = []
         for d in self._drivers:
-            d.goto(self.last_epoch)
-        rates = [d.value(batch) for d in self._drivers]
-        if self._cycle_momentum:
+            d.goto(t)
+            rates.append(d.value(batch))
+        if self._cycle_momentum and self._momentum_drivers:
             for i, group in enumerate(self.optimizer.param_groups):
                 m = self._drivers[self._group_driver[i]].momentum(batch)
                 if m is not None:
                     self._write_momentum(group, m)
+        if len(rates) == 1:
+            return rates * len(self._group_driver)
         return [rates[k] for k in self._group_driver]
 
     def _write_momentum(self, group, m):
@@ -118,20 +124,22 @@ class WasmLR(LRScheduler):
         """The chainable form: each group's current rate times the plugin's change since this
         scheduler's last step (other schedulers' factors carry through)."""
         out = []
+        first = self.last_epoch == 0
         for i, (group, rate) in enumerate(zip(self.optimizer.param_groups, self._rates())):
+            held = group["lr"]
             base = float(self.base_lrs[i])
-            now, written, others = float(group["lr"]), self._written[i], self._others[i]
-            if written is None or self.last_epoch == 0:
+            now, written, others = float(held), self._written[i], self._others[i]
+            if written is None or first:
                 # As torch's chainable forms at step 0: the rate found is the base times the
                 # other schedulers' factors (a SequentialLR restarts here too).
-                others = now if self.last_epoch == 0 else base
+                others = now if first else base
             elif now != written:
                 # Another scheduler moved the rate since this one wrote it: a chainable one
                 # multiplied it (its factor carries over); from 0, a closed form set it.
                 others = others * (now / written) if written != 0 else now
             # The plugin's bits where nothing else acts; a product of factors otherwise.
             lr = rate if others == base or base == 0 else others * (rate / base)
-            self._written[i], self._others[i] = _stored(group, lr), others
+            self._written[i], self._others[i] = _stored(held, lr), others
             out.append(lr)
         return out
 
@@ -139,7 +147,7 @@ class WasmLR(LRScheduler):
         """The closed form (``step(epoch)``, ``SequentialLR``'s milestones): the plugin's rate
         of each group at step ``last_epoch``, whatever other schedulers did."""
         out = self._rates()
-        self._written = [_stored(g, lr) for g, lr in zip(self.optimizer.param_groups, out)]
+        self._written = [_stored(g["lr"], lr) for g, lr in zip(self.optimizer.param_groups, out)]
         self._others = [float(b) for b in self.base_lrs]
         return out
 
