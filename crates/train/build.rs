@@ -4,9 +4,9 @@
 //! - An rpath to the libtorch that torch-sys linked, so `lsgd-host` runs from anywhere.
 //! - lsgd-train only: libtorch's per-device autocast switches as C functions
 //!   (`src/precision/autocast.cpp`), which tch does not expose, and a TorchScript module with
-//!   its buffers (`src/model/script.cpp`), which tch's `CModule` does not give; the latter
-//!   includes libtorch's headers, compiled as torch-sys compiles its own `torch_api.cpp`
-//!   (about 15 s).
+//!   its buffers (`src/model/script.cpp`), which tch's `CModule` does not give, and
+//!   gradient-ready hooks (`src/overlap/ready.cpp`), which tch lacks; the latter two include
+//!   libtorch's headers, compiled as torch-sys compiles its own `torch_api.cpp` (about 15 s).
 //! - rustc links with `--as-needed`, which drops torch-sys's `-ltorch -ltorch_cuda` because no
 //!   symbol of ours refers to them; without them CUDA kernels never register and a GPU machine
 //!   reports no CUDA. We force them in, but only when every library libtorch_cuda needs
@@ -57,6 +57,8 @@ fn main() {
             .file("src/precision/autocast.cpp")
             .compile("lsgd_autocast");
         println!("cargo:rerun-if-changed=src/model/script.cpp");
+        println!("cargo:rerun-if-changed=src/overlap/ready.cpp");
+        println!("cargo:rerun-if-changed=src/shim.hpp");
         println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
         // libtorch's layout: <torch>/lib holds the libraries, <torch>/include the headers.
         let torch = lib.parent().expect("libtorch's lib dir has a parent");
@@ -73,6 +75,7 @@ fn main() {
             .define("_GLIBCXX_USE_CXX11_ABI", abi.as_str())
             .define("GLOG_USE_GLOG_EXPORT", None)
             .file("src/model/script.cpp")
+            .file("src/overlap/ready.cpp")
             .compile("lsgd_script");
     }
     if link_cuda {

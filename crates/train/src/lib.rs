@@ -14,6 +14,7 @@
 //! - [`optim`]: the optimizer trait, SGD and AdamW;
 //! - [`precision`]: mixed precision (autocast, fp16 loss scaling);
 //! - [`exchange`]: the gradient's way through the collective, plain or through a codec;
+//! - [`overlap`]: the exchange behind the backward pass (gradient-ready hooks);
 //! - [`model`], [`data`]: the networks (built in or TorchScript), the data sets on disk;
 //! - [`tensors`], [`augment`], [`loader`]: batches as the model sees them (standardised,
 //!   augmented), image files decoded a step ahead;
@@ -41,6 +42,7 @@ pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod order;
+pub mod overlap;
 pub mod parallel;
 pub mod precision;
 pub mod progress;

@@ -9,7 +9,7 @@ mod layers;
 mod mlp;
 mod resnet;
 mod save;
-mod script;
+pub(crate) mod script;
 
 use std::fmt;
 

@@ -16,31 +16,11 @@
 #include <sstream>
 #include <string>
 
+#include "../shim.hpp"
+
+using lsgd_shim::guard;
+
 namespace {
-
-char *message(const std::string &text) {
-  char *out = static_cast<char *>(std::malloc(text.size() + 1));
-  if (out != nullptr) {
-    std::memcpy(out, text.c_str(), text.size() + 1);
-  }
-  return out;
-}
-
-// c10::Error::what() appends a C++ backtrace; what_without_backtrace() is the message a user
-// can act on.
-template <typename F>
-char *guard(F f) {
-  try {
-    f();
-    return nullptr;
-  } catch (const c10::Error &e) {
-    return message(e.what_without_backtrace());
-  } catch (const std::exception &e) {
-    return message(e.what());
-  } catch (...) {
-    return message("unknown C++ exception");
-  }
-}
 
 torch::jit::Module *module(void *m) { return static_cast<torch::jit::Module *>(m); }
 

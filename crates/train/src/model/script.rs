@@ -460,7 +460,7 @@ unsafe extern "C" {
 }
 
 /// The shim's result: `Ok` for a null message, else the message (which is freed here).
-fn check(error: *mut c_char) -> Result<(), String> {
+pub(crate) fn check(error: *mut c_char) -> Result<(), String> {
     if error.is_null() {
         return Ok(());
     }
