@@ -816,6 +816,35 @@ print("ok")
     }
 
     #[test]
+    fn a_scripted_models_gradients_report_ready_once_each_the_tied_weight_included() {
+        use std::sync::Arc;
+
+        use crate::overlap::ready::{GradReady, Order};
+
+        let Some(dir) = reference("ready") else {
+            return;
+        };
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = ScriptModel::load(&dir.join("model.pt"), &vs.root()).unwrap();
+        let params = vs.trainable_variables();
+        let order = Arc::new(Order::default());
+        let _hooks = GradReady::register(&params, order.clone()).unwrap();
+        let batch = tensors(&dir.join("batch.safetensors"));
+        for _ in 0..2 {
+            let loss = model
+                .forward_t(&batch["x"], true)
+                .cross_entropy_for_logits(&batch["y"]);
+            loss.backward();
+            // fc1.weight, used twice (proj shares it), reports once: autograd sums both uses
+            // before its accumulator runs.
+            let mut seen = order.take();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..params.len()).collect::<Vec<_>>());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn trains_like_pytorch_and_saves_for_it() {
         let Some(dir) = reference("train") else {
             return;
