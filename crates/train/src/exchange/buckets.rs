@@ -1,7 +1,8 @@
 //! The bucket layout of a run's gradients: whole tensors in the optimizer's order, fused up to
 //! a cap (Horovod's tensor fusion, DDP's buckets), a tensor larger than the cap split at row
-//! boundaries so that a codec such as PowerSGD still sees matrices. The plain all-reduce and
-//! the codec exchange use the same layout.
+//! boundaries so that a codec such as PowerSGD still sees matrices; the overlapped exchange
+//! visits the tensors in the order their gradients become ready ([`layout_in`]). The plain
+//! all-reduce and the codec exchange use the same layout.
 
 use lsgd_codec::TensorSlice;
 use tch::{Device, Kind, Tensor};
@@ -87,10 +88,62 @@ impl Bucket {
 /// a tensor that does not fit the current bucket starts a new one, and a tensor larger than
 /// `cap` is split into runs of whole rows (a single row larger than `cap` stays whole).
 pub fn layout(tensors: &[(String, Vec<i64>)], cap: usize) -> Vec<Bucket> {
-    let cap = cap.max(1);
+    let order: Vec<usize> = (0..tensors.len()).collect();
+    layout_in(
+        tensors,
+        &order,
+        Caps {
+            first: cap,
+            rest: cap,
+        },
+    )
+    .expect("the identity is a permutation")
+}
+
+/// The caps of a layout's buckets, in floats: DDP's small first bucket (its
+/// `first_bucket_bytes`), so that the first exchange starts early in the backward pass, then
+/// `rest` (its `bucket_cap_mb`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// The first bucket's cap.
+    pub first: usize,
+    /// Every later bucket's cap.
+    pub rest: usize,
+}
+
+/// [`layout`] with the tensors visited in `order` (indices into `tensors`, each exactly once):
+/// the overlapped exchange lays its buckets out in the order the gradients become ready, so
+/// that each bucket fills, and can move, while autograd computes the rest. A piece still names
+/// its tensor by its index in `tensors` (the optimizer's order), so gather and scatter are
+/// unchanged.
+pub fn layout_in(
+    tensors: &[(String, Vec<i64>)],
+    order: &[usize],
+    caps: Caps,
+) -> std::result::Result<Vec<Bucket>, String> {
+    let mut seen = vec![false; tensors.len()];
+    for &i in order {
+        match seen.get_mut(i) {
+            Some(s) if !*s => *s = true,
+            Some(_) => {
+                return Err(format!(
+                    "tensor {} ({i}) appears twice in the order",
+                    tensors[i].0
+                ));
+            }
+            None => return Err(format!("the order names tensor {i} of {}", tensors.len())),
+        }
+    }
+    if let Some(i) = seen.iter().position(|s| !s) {
+        return Err(format!(
+            "tensor {} ({i}) is missing from the order",
+            tensors[i].0
+        ));
+    }
     let mut buckets: Vec<Bucket> = Vec::new();
     let mut open = Bucket::default();
-    for (i, (name, shape)) in tensors.iter().enumerate() {
+    for &i in order {
+        let (name, shape) = &tensors[i];
         let numel: usize = shape.iter().map(|d| *d as usize).product();
         let row: usize = shape
             .iter()
@@ -100,6 +153,12 @@ pub fn layout(tensors: &[(String, Vec<i64>)], cap: usize) -> Vec<Bucket> {
             .max(1);
         let mut start = 0;
         while start < numel {
+            let cap = if buckets.is_empty() {
+                caps.first
+            } else {
+                caps.rest
+            }
+            .max(1);
             let room = cap.saturating_sub(open.len);
             let left = numel - start;
             let take = if left <= room {
@@ -119,7 +178,7 @@ pub fn layout(tensors: &[(String, Vec<i64>)], cap: usize) -> Vec<Bucket> {
     if open.len > 0 {
         buckets.push(open);
     }
-    buckets
+    Ok(buckets)
 }
 
 #[cfg(test)]
@@ -177,6 +236,58 @@ mod tests {
         let lens: Vec<usize> = layout(&t, 10).iter().map(|b| b.len).collect();
         assert_eq!(lens, [10, 4]);
         assert_eq!(layout(&t, 1 << 20).len(), 1);
+    }
+
+    #[test]
+    fn a_layout_in_readiness_order_has_a_small_first_bucket_and_round_trips() {
+        // Readiness runs from the last layer back: c, b, a.
+        let t = shapes(&[("a", &[3, 2]), ("b", &[4]), ("c", &[2, 2])]);
+        let caps = Caps { first: 4, rest: 10 };
+        let b = layout_in(&t, &[2, 1, 0], caps).unwrap();
+        let names = |b: &Bucket| b.slices.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+        assert_eq!(b.iter().map(|b| b.len).collect::<Vec<_>>(), [4, 10]);
+        assert_eq!(names(&b[0]), ["c"]);
+        assert_eq!(names(&b[1]), ["b", "a"]);
+        // Pieces keep the optimizer's indices: gather and scatter see the same gradients.
+        let a = Tensor::zeros([3, 2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let bb = Tensor::zeros([4], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let c = Tensor::zeros([2, 2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        ((&a * 1.0).sum(Kind::Float) + (&bb * 2.0).sum(Kind::Float) + (&c * 3.0).sum(Kind::Float))
+            .backward();
+        let weights = [&a, &bb, &c];
+        let got: Vec<Vec<f32>> = b.iter().map(|b| b.gather(&weights).unwrap()).collect();
+        assert_eq!(got, [vec![3.; 4], [vec![2.; 4], vec![1.; 6]].concat()]);
+        // The identity order with equal caps is `layout`.
+        assert_eq!(
+            layout_in(
+                &t,
+                &[0, 1, 2],
+                Caps {
+                    first: 10,
+                    rest: 10
+                }
+            )
+            .unwrap(),
+            layout(&t, 10)
+        );
+    }
+
+    #[test]
+    fn an_order_that_is_not_a_permutation_is_refused_by_name() {
+        let t = shapes(&[("a", &[2]), ("b", &[2])]);
+        let caps = Caps { first: 4, rest: 4 };
+        assert_eq!(
+            layout_in(&t, &[0, 0], caps).unwrap_err(),
+            "tensor a (0) appears twice in the order"
+        );
+        assert_eq!(
+            layout_in(&t, &[1], caps).unwrap_err(),
+            "tensor a (0) is missing from the order"
+        );
+        assert_eq!(
+            layout_in(&t, &[0, 1, 2], caps).unwrap_err(),
+            "the order names tensor 2 of 2"
+        );
     }
 
     #[test]
