@@ -461,7 +461,7 @@ fn the_network_study_brings_the_lab_up_calibrates_it_and_reports_time_to_accurac
 const TOLERANT_STEPS: u64 = 125;
 
 /// `run --fault-tolerance` of the mlp on 3 ranks, long enough to lose one mid-run (a few
-/// seconds on the lab), ULFM's failure detector at 6 s.
+/// seconds on the lab), ULFM's failure detector at 10 s.
 fn tolerant_job(out: &Path) -> Vec<String> {
     let flags = [
         "run",
@@ -484,10 +484,11 @@ fn tolerant_job(out: &Path) -> Vec<String> {
         "--seed",
         "3",
         "--fault-tolerance",
-        // 6 s: these tests run beside the rest of the suite, and on two loaded cores a live
-        // rank went 3 s without a heartbeat (a false loss).
+        // 10 s: these tests run beside the rest of the suite, and on two loaded cores a live
+        // rank went 3 s, and once 6 s, without a heartbeat (a false loss: the survivor of a
+        // kill took rank 0 for lost too and stopped as the minority).
         "--collective-timeout",
-        "6",
+        "10",
     ];
     with_out(&flags, out, &[])
 }
@@ -626,10 +627,10 @@ fn the_loss_of_rank_2_on_h3(fault: &str, out: &Path, err: &str) -> RankLostRecor
         err.contains("lost rank(s) [2] on h3"),
         "{fault}: the loss is not named:\n{err}"
     );
-    // A silent rank is found by the failure detector's timeout (6 s); the busy machine may add
+    // A silent rank is found by the failure detector's timeout (10 s); the busy machine may add
     // some, a hang would add far more.
     assert!(
-        l.detect_s < 15.0 && l.recover_s < 10.0,
+        l.detect_s < 20.0 && l.recover_s < 10.0,
         "{fault}: detected after {:.1} s, recovered after {:.1} s",
         l.detect_s,
         l.recover_s
