@@ -27,6 +27,7 @@ mod launch;
 mod layerwise;
 mod mpi;
 mod netlab;
+mod overlap;
 mod pinned;
 mod plot;
 mod policy_change;

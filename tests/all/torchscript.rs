@@ -19,7 +19,8 @@ use crate::common::*;
 /// checks that the modules saved to `FILES` kept `unused.pt`'s `aux` head as it was
 /// (`unused DIR FILES`). `make` also writes the hostile modules: `unused.pt` (a head its
 /// forward never calls), `raises.pt` (raises on its third training-mode call), `loops.pt`
-/// (a forward that never returns).
+/// (a forward that never returns), `swaps.pt` (whose backward pass runs its two heads in an
+/// order that depends on the data).
 const SCRIPT: &str = r#"
 import json, sys
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -56,6 +57,19 @@ class Raises(Net):
         x = F.relu(self.bn(self.conv(x)))
         return self.fc(F.adaptive_avg_pool2d(x, 4).flatten(1))
 
+class Swaps(Unused):
+    def forward(self, x):
+        h = F.relu(self.bn(self.conv(x)))
+        h = F.adaptive_avg_pool2d(h, 4).flatten(1)
+        # The layer made last runs its backward first: which one depends on the data.
+        if bool(x[0, 0, 0, 0] > x[0, 0, 0, 1]):
+            a = self.fc(h)
+            b = self.aux(h)
+        else:
+            b = self.aux(h)
+            a = self.fc(h)
+        return a + b
+
 class Loops(Net):
     def forward(self, x):
         n = 0
@@ -71,12 +85,17 @@ if mode == "make":
     torch.manual_seed(0)
     torch.jit.script(Net()).save(f"{out}/model.pt")
     x = torch.randint(0, 256, (80, 3, 32, 32), dtype=torch.uint8)
+    # Samples 0 and 1 (what ranks 0 and 1 record the gradients' order on) take different
+    # branches of `Swaps`.
+    x[0, 0, 0, :2] = torch.tensor([200, 10])
+    x[1, 0, 0, :2] = torch.tensor([10, 200])
     y = torch.randint(0, 10, (80,), dtype=torch.uint8)
     for b, (lo, hi) in enumerate([(0, 13), (13, 26), (26, 39), (39, 52), (52, 64)]):
         open(f"{out}/data_batch_{b + 1}.bin", "wb").write(records(x[lo:hi], y[lo:hi]))
     open(f"{out}/test_batch.bin", "wb").write(records(x[64:], y[64:]))
     torch.save((x, y), f"{out}/data.pt")
-    for name, m in [("unused", Unused()), ("raises", Raises()), ("loops", Loops())]:
+    for name, m in [("unused", Unused()), ("raises", Raises()), ("loops", Loops()),
+                    ("swaps", Swaps())]:
         torch.jit.script(m).save(f"{out}/{name}.pt")
 elif mode == "unused":
     start = torch.jit.load(f"{out}/unused.pt")
@@ -338,4 +357,56 @@ fn a_forward_that_never_returns_fails_the_start_up_check() {
         ),
         "{err}"
     );
+}
+
+/// A scripted model overlaps its exchange with the backward pass as the built-in ones do: on
+/// two ranks, overlapped and sequential runs end with the same weights (`model.pt`, and
+/// `unused.pt`, whose unused head the overlapped step finds by walking the graph).
+#[test]
+fn a_scripted_model_overlaps_and_ends_as_without_overlap() {
+    if no_mpirun() {
+        return;
+    }
+    let Some((_, dir)) = made("torchscript-overlap") else {
+        return;
+    };
+    for model in ["model.pt", "unused.pt"] {
+        let mut hashes = Vec::new();
+        for flag in ["--overlap", "--no-overlap"] {
+            let out = scratch(&format!("torchscript-overlap-{model}{flag}"));
+            let o = script_ranks(2, model, &dir, &out, &[flag, "--bucket-mb", "0.0005"]);
+            assert!(o.status.success(), "{model} {flag}: {}", stderr(&o));
+            hashes.push(weights(&o));
+        }
+        assert_eq!(hashes[0], hashes[1], "{model}");
+    }
+}
+
+/// A model whose gradients become ready in another order on another rank (here: by the data
+/// each rank records the order on) cannot overlap, since every rank must exchange the same
+/// buckets in the same order: the start refuses it with the tensors named, and with
+/// `--no-overlap` it trains.
+#[test]
+fn gradients_ready_in_another_order_on_a_rank_are_refused_with_their_names() {
+    if no_mpirun() {
+        return;
+    }
+    let Some((_, dir)) = made("torchscript-order") else {
+        return;
+    };
+    let out = scratch("torchscript-order-overlap");
+    let o = script_ranks(2, "swaps.pt", &dir, &out, &[]);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("gradients became ready in another order on rank 1 than on rank 0: at position 0, rank 0 had `aux.bias` and rank 1 `fc.bias`")
+            || err.contains("gradients became ready in another order on rank 1 than on rank 0: at position 0, rank 0 had `aux.weight` and rank 1 `fc.weight`"),
+        "{err}"
+    );
+    assert!(err.contains("use --no-overlap"), "{err}");
+    let out = scratch("torchscript-order-sequential");
+    let o = script_ranks(2, "swaps.pt", &dir, &out, &["--no-overlap"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(steps(&out).len(), 4);
 }

@@ -69,6 +69,7 @@ pub(crate) fn config(
             overwrite: false,
             loader_threads: 2,
             save_model: None,
+            overlap: None,
         },
     }
 }

@@ -123,6 +123,10 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// MPI gave a lower thread level than the run needs.
+    #[error("{0}")]
+    ThreadLevel(String),
+
     /// `--fault-tolerance` where MPI cannot provide it.
     #[error("--fault-tolerance: {0}")]
     Unavailable(String),

@@ -190,12 +190,22 @@ impl Mpi {
 
 impl World {
     /// MPI when launched by mpirun (detected from its environment), otherwise a single-process
-    /// world that never touches MPI (so plain `lsgd-host run` needs no MPI daemon).
+    /// world that never touches MPI (so plain `lsgd-host run` needs no MPI daemon). MPI must
+    /// give `MPI_THREAD_FUNNELED`: the overlapped step runs the backward pass on a thread of
+    /// its own while the thread that initialized MPI makes every MPI call.
     pub fn init() -> Result<World> {
         if !LAUNCHER_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
             return Ok(World::single());
         }
-        let universe = mpi::initialize().ok_or(Error::MpiInitialized)?;
+        let (universe, threading) =
+            mpi::initialize_with_threading(Threading::Funneled).ok_or(Error::MpiInitialized)?;
+        if threading == Threading::Single {
+            return Err(Error::ThreadLevel(format!(
+                "MPI gave thread level {threading:?}; the overlapped step computes the backward \
+                 pass on a thread of its own beside the main thread's MPI calls, which needs \
+                 Funneled"
+            )));
+        }
         World::started(universe)
     }
 

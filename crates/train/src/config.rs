@@ -200,6 +200,11 @@ pub struct Invocation {
     /// `--save-model FILE`: where the trained weights go at the end (safetensors).
     #[serde(default)]
     pub save_model: Option<PathBuf>,
+    /// `--overlap` (true) or `--no-overlap` (false): whether buckets move while the backward
+    /// pass runs; unset, they do wherever the other settings allow ([`TrainConfig::overlaps`]).
+    /// Either way a run ends with the same weights.
+    #[serde(default)]
+    pub overlap: Option<bool>,
 }
 
 /// `--loader-threads`' default.
@@ -262,7 +267,41 @@ impl TrainConfig {
                 run.image_size
             )));
         }
+        if let Some(why) = self
+            .overlap_refused()
+            .filter(|_| self.invocation.overlap == Some(true))
+        {
+            return Err(Error::Config(format!(
+                "--overlap: {why}; drop --overlap (the exchange then runs after the backward pass)"
+            )));
+        }
         run.validate_local()
+    }
+
+    /// Why the settings keep the exchange out of the backward pass, if they do.
+    pub fn overlap_refused(&self) -> Option<&'static str> {
+        let run = &self.run;
+        if run.mode == Mode::Async {
+            Some("--mode async has no synchronous exchange to overlap")
+        } else if run.mixed_precision.precision == crate::precision::Precision::Fp16 {
+            Some(
+                "--precision fp16 checks every rank's gradient for overflow before anything \
+                 moves (a step that overflowed on any rank exchanges nothing)",
+            )
+        } else if run.local_clip_norm.is_some() {
+            Some(
+                "--local-clip-norm clips by the norm of this rank's whole gradient, known only \
+                 after the backward pass",
+            )
+        } else {
+            None
+        }
+    }
+
+    /// Whether the step exchanges buckets while the backward pass runs: unless `--no-overlap`
+    /// or [`TrainConfig::overlap_refused`].
+    pub fn overlaps(&self) -> bool {
+        self.invocation.overlap != Some(false) && self.overlap_refused().is_none()
     }
 }
 
@@ -469,6 +508,7 @@ mod tests {
                 overwrite: false,
                 loader_threads: 2,
                 save_model: None,
+                overlap: None,
             },
         }
     }

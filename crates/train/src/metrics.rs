@@ -43,6 +43,13 @@ pub struct StepRecord {
     pub compute_s: f64,
     /// Seconds in gradient communication.
     pub communication_s: f64,
+    /// Of `communication_s`, the seconds the step waited for: all of it when the exchange
+    /// runs after the backward pass, what outlasts the backward pass when it overlaps.
+    #[serde(default)]
+    pub exposed_communication_s: f64,
+    /// Of `communication_s`, the seconds that ran behind the backward pass.
+    #[serde(default)]
+    pub hidden_communication_s: f64,
     /// Bytes this rank sent in the step's collectives.
     #[serde(default)]
     pub bytes_sent: u64,
@@ -268,6 +275,8 @@ impl Record {
                     ("train/samples_per_s", s.samples_per_s),
                     ("train/compute_s", s.compute_s),
                     ("train/communication_s", s.communication_s),
+                    ("train/exposed_communication_s", s.exposed_communication_s),
+                    ("train/hidden_communication_s", s.hidden_communication_s),
                     ("train/policy_s", s.policy_s),
                     ("train/bytes_sent", s.bytes_sent as f64),
                     ("train/payload_bytes", s.payload_bytes as f64),
@@ -363,7 +372,7 @@ pub struct Resumed {
     pub epochs: u32,
 }
 
-const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped,worker,staleness,momentum";
+const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped,worker,staleness,momentum,exposed_communication_s,hidden_communication_s";
 
 fn one() -> f64 {
     1.0
@@ -516,7 +525,7 @@ impl MetricsWriter {
             match record {
                 Record::Step(s) => steps.write_all(
                     format!(
-                        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                         s.step,
                         s.epoch,
                         s.lr,
@@ -535,7 +544,9 @@ impl MetricsWriter {
                         u8::from(s.skipped),
                         s.worker.map(|v| v.to_string()).unwrap_or_default(),
                         s.staleness.map(|v| v.to_string()).unwrap_or_default(),
-                        s.momentum.map(|v| v.to_string()).unwrap_or_default()
+                        s.momentum.map(|v| v.to_string()).unwrap_or_default(),
+                        s.exposed_communication_s,
+                        s.hidden_communication_s
                     )
                     .as_bytes(),
                 )?,
@@ -622,6 +633,8 @@ mod tests {
             samples_per_s: 1000.0,
             compute_s: 0.5,
             communication_s: 0.25,
+            exposed_communication_s: 0.125,
+            hidden_communication_s: 0.125,
             bytes_sent: 1 << 20,
             payload_bytes: 4096,
             compression_ratio: 32.0,
@@ -645,6 +658,8 @@ mod tests {
                 ("train/samples_per_s", 1000.0),
                 ("train/compute_s", 0.5),
                 ("train/communication_s", 0.25),
+                ("train/exposed_communication_s", 0.125),
+                ("train/hidden_communication_s", 0.125),
                 ("train/policy_s", 0.001),
                 ("train/bytes_sent", f64::from(1 << 20)),
                 ("train/payload_bytes", 4096.0),

@@ -21,6 +21,9 @@
 //! and names the fault. `resume` continues a checkpoint, and `identity` is what a checkpoint
 //! records of each plugin.
 //!
+//! With `--overlap` (the default where the settings allow) phases 3 and 4 run together: the
+//! exchange moves each bucket while the backward pass computes the rest (trainer/overlap.rs).
+//!
 //! [`asynchronous`] is the other loop (`--mode async`): the same phases split between a
 //! parameter server (decide, update, observe) and workers (forward and backward).
 
@@ -36,6 +39,7 @@ use tch::{Device, Kind, Tensor};
 
 mod asynchronous;
 mod identity;
+mod overlap;
 mod resume;
 mod start;
 mod stop;
@@ -97,6 +101,8 @@ pub struct Stepped {
     pub policy_s: f64,
     /// Seconds in forward, backward and update.
     pub compute_s: f64,
+    /// Seconds of communication the step waited for (all of it unless it overlapped).
+    pub exposed_s: f64,
 }
 
 /// One training run on this rank of a world.
@@ -137,6 +143,8 @@ pub struct Trainer<'w> {
     last_checkpoint: Option<(PathBuf, u64)>,
     /// What `--fault-tolerance` keeps between the attempts of a step.
     survival: survive::Survival,
+    /// The gradient-ready hooks, when the step overlaps its exchange with the backward pass.
+    overlap: Option<overlap::Overlap>,
 }
 
 impl Trainer<'_> {
@@ -177,18 +185,34 @@ impl Trainer<'_> {
         self.straggle();
         let t = Instant::now();
         let loss_scale = self.scaler.as_ref().map(LossScaler::scale);
-        let (loss_sum, overflow) = self.model_pass(&batch, decision.label_smoothing)?;
-        let mut compute_s = t.elapsed().as_secs_f64();
-        let (loss, skipped, traffic) = self.agree(&loss_sum, overflow, batch.global)?;
-        let (mut exchanged, mut scales) = (Exchanged::default(), Vec::new());
+        let step = decision.state.step;
+        let (loss, skipped, mut exchanged, mut compute_s, exposed_s);
+        if self.overlap.is_some() {
+            let passed = self.pass_overlapped(&batch, decision.label_smoothing, step)?;
+            let traffic;
+            (loss, skipped, traffic) = self.agree(&passed.loss_sum, false, batch.global)?;
+            (exchanged, compute_s) = (passed.exchanged, passed.compute_s);
+            exposed_s = passed.exposed_s + traffic.seconds;
+            exchanged.traffic += traffic;
+        } else {
+            let (loss_sum, overflow) = self.model_pass(&batch, decision.label_smoothing)?;
+            compute_s = t.elapsed().as_secs_f64();
+            let traffic;
+            (loss, skipped, traffic) = self.agree(&loss_sum, overflow, batch.global)?;
+            exchanged = Exchanged::default();
+            if !skipped {
+                self.lose_on_purpose(step);
+                exchanged = self.exchange(step)?;
+            }
+            exchanged.traffic += traffic;
+            exposed_s = exchanged.traffic.seconds;
+        }
+        let mut scales = Vec::new();
         if !skipped {
-            self.lose_on_purpose(decision.state.step);
-            exchanged = self.exchange(decision.state.step)?;
             let t = Instant::now();
             scales = self.layer_rates(&decision)?;
             compute_s += t.elapsed().as_secs_f64();
         }
-        exchanged.traffic += traffic;
         Ok(Stepped {
             decision,
             scales,
@@ -201,6 +225,7 @@ impl Trainer<'_> {
             started,
             policy_s,
             compute_s,
+            exposed_s,
         })
     }
 
@@ -285,30 +310,10 @@ impl Trainer<'_> {
         let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
         let mut offset = 0;
         for &m in &batch.micro {
-            let (x, y) = self.data.train_batch(
-                &batch.indices[offset..offset + m],
-                batch.first + offset as u64,
-            )?;
+            let (scaled, sum) = self.micro_loss(batch, offset, m, epsilon, scale)?;
             offset += m;
-            let logits = {
-                let _autocast = Autocast::enter(self.device, self.autocast)?;
-                self.model.forward(&x, true)?
-            };
-            // The loss in fp32 whatever the forward's precision, as torch.amp's lists have it.
-            let loss =
-                loss::smoothed_cross_entropy(&logits.to_kind(Kind::Float), &y, f64::from(epsilon));
-            // Scaled by micro/global, not micro/worker: the gradients are pre-divided by the
-            // world size, and the collective's sum is the mean over the global batch.
-            let weight = m as f64 / batch.global as f64;
-            let scaled = if scale == 1.0 {
-                &loss * weight
-            } else {
-                &loss * weight * scale
-            };
-            scaled
-                .f_backward()
-                .map_err(|e| self.model.fault("backward", &e.to_string()))?;
-            loss_sum += loss.detach().to_kind(Kind::Double) * m as f64;
+            self.backward(&scaled)?;
+            loss_sum += sum;
         }
         let overflow = match &self.scaler {
             Some(scaler) => {
@@ -319,6 +324,46 @@ impl Trainer<'_> {
             None => false,
         };
         Ok((loss_sum, overflow))
+    }
+
+    /// The forward pass of the micro-batch of `m` samples at `offset` in `batch`: the loss to
+    /// differentiate (weighted by micro/global and times the fp16 `scale`) and the sum of its
+    /// per-sample losses.
+    fn micro_loss(
+        &mut self,
+        batch: &Batch,
+        offset: usize,
+        m: usize,
+        epsilon: f32,
+        scale: f64,
+    ) -> Result<(Tensor, Tensor)> {
+        let (x, y) = self.data.train_batch(
+            &batch.indices[offset..offset + m],
+            batch.first + offset as u64,
+        )?;
+        let logits = {
+            let _autocast = Autocast::enter(self.device, self.autocast)?;
+            self.model.forward(&x, true)?
+        };
+        // The loss in fp32 whatever the forward's precision, as torch.amp's lists have it.
+        let loss =
+            loss::smoothed_cross_entropy(&logits.to_kind(Kind::Float), &y, f64::from(epsilon));
+        // Scaled by micro/global, not micro/worker: the gradients are pre-divided by the
+        // world size, and the collective's sum is the mean over the global batch.
+        let weight = m as f64 / batch.global as f64;
+        let scaled = if scale == 1.0 {
+            &loss * weight
+        } else {
+            &loss * weight * scale
+        };
+        Ok((scaled, loss.detach().to_kind(Kind::Double) * m as f64))
+    }
+
+    /// The backward pass of `scaled`, accumulating into the gradients.
+    fn backward(&self, scaled: &Tensor) -> Result<()> {
+        scaled
+            .f_backward()
+            .map_err(|e| self.model.fault("backward", &e.to_string()))
     }
 
     /// Phase 3 as a step runs it. A TorchScript module's forward pass is the user's code: its
@@ -505,6 +550,8 @@ impl Trainer<'_> {
             samples_per_s: s.batch.global as f64 / wall,
             compute_s: s.compute_s,
             communication_s: s.exchanged.traffic.seconds,
+            exposed_communication_s: s.exposed_s,
+            hidden_communication_s: (s.exchanged.traffic.seconds - s.exposed_s).max(0.0),
             bytes_sent: s.exchanged.traffic.bytes_sent,
             payload_bytes: s.exchanged.payload_bytes,
             compression_ratio: s.exchanged.compression_ratio(),

@@ -118,6 +118,7 @@ impl TimedJob<'_> {
                 overwrite: true,
                 loader_threads: self.loader_threads,
                 save_model: None,
+                overlap: None,
             },
         }
     }

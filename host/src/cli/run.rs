@@ -207,9 +207,18 @@ pub struct RunArgs {
     /// Gradient all-reduce algorithm when run under mpirun with more than one rank.
     #[arg(long, value_enum, default_value_t = Algorithm::Mpi)]
     allreduce: Algorithm,
-    /// Gradients are fused into buckets of about this many MiB per collective call.
+    /// Gradients are fused into buckets of about this many MiB per collective call (the
+    /// first, as DDP's, at most 1 MiB), laid out in the order the backward pass makes them.
     #[arg(long, default_value_t = 25.0, value_name = "MIB")]
     bucket_mb: f64,
+    /// Exchange each bucket while the backward pass computes the rest, as DDP does (the
+    /// default wherever the settings allow: not with --precision fp16, --local-clip-norm or
+    /// --mode async). The weights end the same either way.
+    #[arg(long, overrides_with = "no_overlap")]
+    overlap: bool,
+    /// Exchange the gradients after the backward pass.
+    #[arg(long, overrides_with = "overlap")]
+    no_overlap: bool,
     /// Every N steps, check that all ranks hold bit-identical weights and policy outputs
     /// (0: only at the end).
     #[arg(long, default_value_t = 100, value_name = "N")]
@@ -312,6 +321,11 @@ impl RunArgs {
                 overwrite: self.overwrite,
                 loader_threads: self.loader_threads,
                 save_model: self.save_model.clone(),
+                overlap: match (self.overlap, self.no_overlap) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
             },
         })
     }

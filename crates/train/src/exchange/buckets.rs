@@ -43,6 +43,11 @@ impl Bucket {
         self.len += len;
     }
 
+    /// The tensors (indices in the optimizer's order) the bucket holds elements of.
+    pub fn tensors(&self) -> impl Iterator<Item = usize> + '_ {
+        self.pieces.iter().map(|p| p.tensor)
+    }
+
     /// The bucket's gradient elements as one binary32 vector; a tensor without a gradient
     /// (no backward pass reached it) gives zeros, so that every rank sends the same length.
     pub fn gather(&self, weights: &[&Tensor]) -> Result<Vec<f32>> {

@@ -139,8 +139,10 @@ impl Compressor {
     }
 
     /// Replaces the gradients of `weights` by the sum over ranks of what the codec makes of
-    /// them, bucket by bucket; with error feedback, updates its state once every bucket is
+    /// them, bucket by bucket, each once `ready` has returned for it (the gradient-ready wait
+    /// of the overlapped step); with error feedback, updates its state once every bucket is
     /// through.
+    #[allow(clippy::too_many_arguments)]
     pub fn exchange(
         &mut self,
         world: &mut World,
@@ -149,6 +151,7 @@ impl Compressor {
         buckets: &[Bucket],
         weights: &[&Tensor],
         step: u64,
+        ready: &mut dyn FnMut(&Bucket),
     ) -> Result<Exchanged> {
         let _guard = tch::no_grad_guard();
         let mut link = Link {
@@ -162,6 +165,7 @@ impl Compressor {
         let mut staged = Vec::with_capacity(buckets.len());
         let mut next_states = Vec::with_capacity(buckets.len());
         for (b, bucket) in buckets.iter().enumerate() {
+            ready(bucket);
             let mut data = bucket.gather(weights)?;
             let velocity = self.memory.as_ref().map(|m| m.compensate(b, &mut data));
             out.floats += data.len() as u64;

@@ -9,6 +9,12 @@
 //! (`--local-clip-norm`, DGC's local gradient clipping) and, with `--error-feedback momentum`,
 //! add its weight decay, since the velocity that the exchange then accumulates
 //! ([`feedback`]) replaces the optimizer's momentum.
+//!
+//! The buckets are laid out in the order the gradients become ready (recorded once, the same
+//! on every rank, [`crate::overlap::order`]) and exchanged in that order, in either step: after
+//! the backward pass ([`GradientExchange::exchange`]) or behind it, each bucket once its
+//! gradients are ready ([`GradientExchange::exchange_ready`]). Both run the same operations on
+//! the same buckets, so they end with the same bits.
 
 pub mod buckets;
 pub mod carry;
@@ -20,7 +26,7 @@ use lsgd_runtime::plugin::Plugin;
 use tch::{Kind, Tensor};
 
 use crate::{Error, Result};
-use buckets::Bucket;
+use buckets::{Bucket, Caps};
 use codec::{Compressor, MAX_BUCKET_FLOATS};
 pub use feedback::ErrorFeedback;
 
@@ -75,11 +81,18 @@ pub struct GradientExchange {
     params: u64,
 }
 
+/// The first bucket's cap in floats: DDP's `first_bucket_bytes` (1 MiB), so that the first
+/// exchange starts early in the backward pass.
+pub const FIRST_BUCKET_FLOATS: usize = 1 << 18;
+
 impl GradientExchange {
-    /// Lays out `weights` (name and shape, optimizer order) in buckets of `bucket_floats`
-    /// (at most [`MAX_BUCKET_FLOATS`] with a codec, whose calls cross the sandbox boundary).
+    /// Lays out `weights` (name and shape, optimizer order), visited in `order` (the order
+    /// their gradients become ready), in buckets of `bucket_floats` after a first one of at
+    /// most [`FIRST_BUCKET_FLOATS`] (every bucket at most [`MAX_BUCKET_FLOATS`] with a codec,
+    /// whose calls cross the sandbox boundary).
     pub fn new(
         weights: &[(String, Vec<i64>)],
+        order: &[usize],
         bucket_floats: usize,
         algo: Algorithm,
         codec: Option<&mut Plugin>,
@@ -90,13 +103,23 @@ impl GradientExchange {
             .iter()
             .map(|(_, s)| s.iter().product::<i64>() as u64)
             .sum();
+        let rest = match codec {
+            Some(_) => bucket_floats.clamp(1, MAX_BUCKET_FLOATS),
+            None => bucket_floats.max(1),
+        };
+        let caps = Caps {
+            first: rest.min(FIRST_BUCKET_FLOATS),
+            rest,
+        };
+        let buckets = buckets::layout_in(weights, order, caps).map_err(|e| {
+            Error::Exchange(format!("the gradients' readiness order is not usable: {e}"))
+        })?;
         let Some(codec) = codec else {
             if local.error_feedback != ErrorFeedback::Off {
                 return Err(Error::Config(
                     "--error-feedback keeps a codec's compression error: it needs --codec".into(),
                 ));
             }
-            let buckets = buckets::layout(weights, bucket_floats);
             return Ok(GradientExchange {
                 buckets,
                 algo,
@@ -105,7 +128,6 @@ impl GradientExchange {
                 params,
             });
         };
-        let buckets = buckets::layout(weights, bucket_floats.clamp(1, MAX_BUCKET_FLOATS));
         let compressor =
             Compressor::new(codec, &buckets, local.error_feedback, local.momentum, seed)?;
         Ok(GradientExchange {
@@ -132,6 +154,11 @@ impl GradientExchange {
         self.compressor.as_ref()
     }
 
+    /// The buckets, in the order they are exchanged.
+    pub fn buckets(&self) -> &[Bucket] {
+        &self.buckets
+    }
+
     /// Replaces every gradient of `weights` by its sum over the ranks (through the codec, if
     /// any), after this rank's own clipping and, with `--error-feedback momentum`, weight
     /// decay; a single process without a codec or clipping has nothing to do. A parameter
@@ -145,82 +172,95 @@ impl GradientExchange {
         weights: &[&Tensor],
         step: u64,
     ) -> Result<Exchanged> {
-        let found = self.find_unused(world, weights)?;
-        self.before(weights, world.size());
-        let mut exchanged = self.exchange_used(world, codec, weights, step)?;
+        let reached: Vec<bool> = weights.iter().map(|w| w.grad().defined()).collect();
+        let (missing, found) = self.unused(world, &reached)?;
+        zero_grads(&missing.iter().map(|&i| weights[i]).collect::<Vec<_>>());
+        if let Some(c) = self.local.clip_norm {
+            let _guard = tch::no_grad_guard();
+            let grads: Vec<Tensor> = weights.iter().map(|w| w.grad()).collect();
+            clip(&grads, c / (world.size() as f64).sqrt());
+        }
+        let mut exchanged = self.exchange_ready(world, codec, weights, step, &mut |_| {})?;
         exchanged.traffic += found;
         Ok(exchanged)
     }
 
-    /// Gives a zero gradient to each parameter this rank's backward pass did not reach but
-    /// another rank's did (with `find_unused`; without it, to each it did not reach), so that
-    /// every rank has a gradient for the same parameters.
-    fn find_unused(&self, world: &mut World, weights: &[&Tensor]) -> Result<Traffic> {
-        let mut used: Vec<f32> = weights
-            .iter()
-            .map(|w| f32::from(u8::from(w.grad().defined())))
-            .collect();
+    /// Which tensors must get a zero gradient before the exchange, given which of them this
+    /// rank's backward pass reaches (`reached`): with `find_unused`, those another rank's
+    /// reached and this one's did not (one small all-reduce), so that a parameter no rank used
+    /// keeps no gradient; without it, every one not reached, so that every rank has a gradient
+    /// for the same parameters.
+    pub fn unused(&self, world: &mut World, reached: &[bool]) -> Result<(Vec<usize>, Traffic)> {
+        let mut used: Vec<f32> = reached.iter().map(|&r| f32::from(u8::from(r))).collect();
         let mut traffic = Traffic::default();
         if self.local.find_unused && world.size() > 1 {
             traffic = world.all_reduce_sum(Algorithm::Mpi, &mut used)?;
         } else if !self.local.find_unused {
             used.fill(1.0);
         }
-        let missing: Vec<&Tensor> = weights
-            .iter()
-            .zip(&used)
-            .filter(|(w, u)| **u > 0.0 && !w.grad().defined())
-            .map(|(w, _)| *w)
+        let missing = (0..reached.len())
+            .filter(|&i| used[i] > 0.0 && !reached[i])
             .collect();
-        zero_grads(&missing);
-        Ok(traffic)
+        Ok((missing, traffic))
     }
 
-    fn exchange_used(
+    /// The exchange of every bucket, in order, each once `ready` has returned for it: the
+    /// overlapped step waits there for the bucket's gradients. The caller has already given a
+    /// zero gradient to the tensors [`GradientExchange::unused`] names, and there is no
+    /// `--local-clip-norm` (`TrainConfig::overlap_refused`).
+    pub fn exchange_ready(
         &mut self,
         world: &mut World,
         codec: Option<&mut Plugin>,
         weights: &[&Tensor],
         step: u64,
+        ready: &mut dyn FnMut(&Bucket),
     ) -> Result<Exchanged> {
         let plain = |traffic| Exchanged {
             traffic,
             payload_bytes: 4 * self.params,
             floats: self.params,
         };
-        match (&mut self.compressor, codec) {
-            (Some(c), Some(codec)) => {
-                c.exchange(world, self.algo, codec, &self.buckets, weights, step)
+        let mut decayed = vec![false; weights.len()];
+        let local = &self.local;
+        // A bucket's tensors once ready: with `--error-feedback momentum` each gets its weight
+        // decay once (a tensor split over buckets too), before its first bucket is gathered.
+        let mut ready = |bucket: &Bucket| {
+            ready(bucket);
+            if local.error_feedback.moves_momentum() {
+                let _guard = tch::no_grad_guard();
+                for t in bucket.tensors() {
+                    if !std::mem::replace(&mut decayed[t], true) {
+                        add_decay(weights[t], local.weight_decays[t]);
+                    }
+                }
             }
+        };
+        match (&mut self.compressor, codec) {
+            (Some(c), Some(codec)) => c.exchange(
+                world,
+                self.algo,
+                codec,
+                &self.buckets,
+                weights,
+                step,
+                &mut ready,
+            ),
             _ if world.size() > 1 => {
                 let _guard = tch::no_grad_guard();
                 let mut traffic = Traffic::default();
                 for bucket in &self.buckets {
+                    ready(bucket);
                     let mut data = bucket.gather(weights)?;
                     traffic += world.all_reduce_sum(self.algo, &mut data)?;
                     bucket.scatter(weights, &data);
                 }
                 Ok(plain(traffic))
             }
-            _ => Ok(plain(Traffic::default())),
-        }
-    }
-
-    /// This rank's clipping of its gradient to C/√k, then (momentum mode) its weight decay
-    /// added to the gradient, in place.
-    fn before(&self, weights: &[&Tensor], ranks: usize) {
-        let _guard = tch::no_grad_guard();
-        if let Some(c) = self.local.clip_norm {
-            let grads: Vec<Tensor> = weights.iter().map(|w| w.grad()).collect();
-            clip(&grads, c / (ranks as f64).sqrt());
-        }
-        if self.local.error_feedback.moves_momentum() {
-            for (w, &decay) in weights.iter().zip(&self.local.weight_decays) {
-                let g = w.grad();
-                if decay != 0.0 && g.defined() {
-                    // The same binary32 product and sum as the optimizer's `d = g + λw`.
-                    let _ = g.shallow_clone().g_add_(&(*w * decay));
-                }
+            _ => {
+                // Nothing moves, but the caller's wait still sees every bucket.
+                self.buckets.iter().for_each(&mut ready);
+                Ok(plain(Traffic::default()))
             }
         }
     }
@@ -261,6 +301,15 @@ impl GradientExchange {
             Some(c) => c.restore(tensors, rank, size),
             None => Ok(()),
         }
+    }
+}
+
+/// `--error-feedback momentum`: the tensor's weight decay λw added to its gradient, in place.
+fn add_decay(w: &Tensor, decay: f64) {
+    let g = w.grad();
+    if decay != 0.0 && g.defined() {
+        // The same binary32 product and sum as the optimizer's `d = g + λw`.
+        let _ = g.shallow_clone().g_add_(&(w * decay));
     }
 }
 
@@ -314,7 +363,8 @@ mod tests {
         (&w * 2.0).sum(Kind::Float).backward();
         let shapes = [("w".to_string(), vec![3])];
         let mut x =
-            GradientExchange::new(&shapes, 2, Algorithm::Ring, None, Local::default(), 0).unwrap();
+            GradientExchange::new(&shapes, &[0], 2, Algorithm::Ring, None, Local::default(), 0)
+                .unwrap();
         assert_eq!(x.len(), 2);
         let e = x.exchange(&mut World::single(), None, &[&w], 0).unwrap();
         assert_eq!(e.traffic.bytes_sent, 0);
@@ -330,7 +380,7 @@ mod tests {
                 error_feedback: mode,
                 ..Local::default()
             };
-            let e = GradientExchange::new(&shapes, 8, Algorithm::Mpi, None, local, 0)
+            let e = GradientExchange::new(&shapes, &[0], 8, Algorithm::Mpi, None, local, 0)
                 .err()
                 .unwrap();
             assert!(e.to_string().contains("it needs --codec"), "{e}");
@@ -350,7 +400,8 @@ mod tests {
             ..Local::default()
         };
         let shapes = [("a".to_string(), vec![1]), ("b".to_string(), vec![2])];
-        let mut x = GradientExchange::new(&shapes, 8, Algorithm::Mpi, None, local, 0).unwrap();
+        let mut x =
+            GradientExchange::new(&shapes, &[0, 1], 8, Algorithm::Mpi, None, local, 0).unwrap();
         x.exchange(&mut World::single(), None, &[&a, &b], 0)
             .unwrap();
         let got: Vec<f32> = [a.grad(), b.grad()]
@@ -376,7 +427,8 @@ mod tests {
                 find_unused,
                 ..Local::default()
             };
-            let mut x = GradientExchange::new(&shapes, 8, Algorithm::Mpi, None, local, 0).unwrap();
+            let mut x =
+                GradientExchange::new(&shapes, &[0, 1], 8, Algorithm::Mpi, None, local, 0).unwrap();
             x.exchange(&mut World::single(), None, &[&used, &head], 0)
                 .unwrap();
             assert_eq!(Vec::<f32>::try_from(used.grad()).unwrap(), [2.0, 2.0]);

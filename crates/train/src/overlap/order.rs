@@ -50,9 +50,15 @@ pub fn disagreement(orders: &[Vec<usize>], names: &[String]) -> Option<String> {
     None
 }
 
-/// This rank's readiness `order`, checked equal on every rank (one all-gather); a difference
-/// is an error naming the first differing tensors.
-pub fn agree(world: &World, order: &[usize], names: &[String]) -> Result<Vec<usize>> {
+/// This rank's readiness `order`, checked equal on every rank (one all-gather). A difference
+/// is an error naming the first differing tensors when the step overlaps (`overlapping`);
+/// otherwise the layout only has to be the same on every rank, and the optimizer's order is.
+pub fn agree(
+    world: &World,
+    order: &[usize],
+    names: &[String],
+    overlapping: bool,
+) -> Result<Vec<usize>> {
     let mine: Vec<u8> = order
         .iter()
         .flat_map(|&i| (i as u32).to_le_bytes())
@@ -68,7 +74,8 @@ pub fn agree(world: &World, order: &[usize], names: &[String]) -> Result<Vec<usi
         })
         .collect();
     match disagreement(&orders, names) {
-        Some(message) => Err(Error::Exchange(message)),
+        Some(message) if overlapping => Err(Error::Exchange(message)),
+        Some(_) => Ok((0..order.len()).collect()),
         None => Ok(order.to_vec()),
     }
 }
@@ -111,6 +118,6 @@ mod tests {
     #[test]
     fn one_rank_agrees_with_itself() {
         let world = World::single();
-        assert_eq!(agree(&world, &[1, 0], &names(2)).unwrap(), [1, 0]);
+        assert_eq!(agree(&world, &[1, 0], &names(2), true).unwrap(), [1, 0]);
     }
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "../shim.hpp"
@@ -64,6 +65,46 @@ char *lsgd_ready_register(void **tensors, size_t n, lsgd_ready_fn ready, void *c
       hooks->hooks.emplace_back(std::move(acc), key);
     }
     *out = hooks.release();
+  });
+}
+
+// Which of the hooked tensors the graph behind `loss` (an at::Tensor*) reaches: out[i] is 1
+// when tensor i's accumulator is on a path from the loss, so that its gradient will become
+// ready in the backward pass (DDP's search for unused parameters walks the graph likewise).
+char *lsgd_ready_reached(void *handle, void *loss, uint8_t *out) {
+  return guard([&] {
+    const auto *hooks = static_cast<const Hooks *>(handle);
+    const at::Tensor &l = *static_cast<at::Tensor *>(loss);
+    std::unordered_set<const torch::autograd::Node *> seen;
+    std::vector<torch::autograd::Node *> todo;
+    if (auto fn = l.grad_fn()) {
+      todo.push_back(fn.get());
+    }
+    while (!todo.empty()) {
+      torch::autograd::Node *node = todo.back();
+      todo.pop_back();
+      if (!seen.insert(node).second) {
+        continue;
+      }
+      for (const auto &edge : node->next_edges()) {
+        if (edge.function) {
+          todo.push_back(edge.function.get());
+        }
+      }
+    }
+    for (size_t i = 0; i < hooks->hooks.size(); ++i) {
+      out[i] = seen.count(hooks->hooks[i].first.get()) ? 1 : 0;
+    }
+  });
+}
+
+// Leaves each of the `n` tensors without a gradient (`.grad` undefined, as before any backward
+// pass), which tch cannot do: a gradient zeroed in place would still count as one.
+char *lsgd_ready_forget(void **tensors, size_t n) {
+  return guard([&] {
+    for (size_t i = 0; i < n; ++i) {
+      static_cast<at::Tensor *>(tensors[i])->mutable_grad().reset();
+    }
   });
 }
 

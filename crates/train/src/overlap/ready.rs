@@ -47,7 +47,27 @@ unsafe extern "C" {
         ctx: *mut c_void,
         out: *mut *mut c_void,
     ) -> *mut std::ffi::c_char;
+    fn lsgd_ready_reached(
+        handle: *mut c_void,
+        loss: *mut c_void,
+        out: *mut u8,
+    ) -> *mut std::ffi::c_char;
+    fn lsgd_ready_forget(tensors: *const *mut c_void, n: usize) -> *mut std::ffi::c_char;
     fn lsgd_ready_free(handle: *mut c_void);
+}
+
+/// Leaves each of `tensors` without a gradient, as before any backward pass (a gradient
+/// zeroed in place still counts as one for the optimizer and the search for unused
+/// parameters).
+pub fn forget_grads(tensors: &[&Tensor]) {
+    let ptrs: Vec<*mut c_void> = tensors
+        .iter()
+        .map(|t| t.as_ptr().cast_mut().cast())
+        .collect();
+    // SAFETY: the tensors outlive the call.
+    let reset = check(unsafe { lsgd_ready_forget(ptrs.as_ptr(), ptrs.len()) });
+    // Resetting an optional tensor cannot throw; a failure here is a broken libtorch.
+    reset.expect("libtorch could not reset a gradient");
 }
 
 extern "C" fn on_ready(ctx: *mut c_void, index: usize) {
@@ -63,6 +83,7 @@ extern "C" fn on_ready(ctx: *mut c_void, index: usize) {
 /// Hooks on a set of parameters; dropping it removes them.
 pub struct GradReady {
     handle: NonNull<c_void>,
+    len: usize,
     // Boxed so that its address, which the hooks hold, does not move.
     target: Box<Arc<dyn Readiness>>,
 }
@@ -95,12 +116,32 @@ impl GradReady {
             )
         })?;
         let handle = NonNull::new(out).ok_or("libtorch returned no hooks")?;
-        Ok(GradReady { handle, target })
+        Ok(GradReady {
+            handle,
+            len: tensors.len(),
+            target,
+        })
     }
 
     /// What the hooks report to.
     pub fn target(&self) -> &Arc<dyn Readiness> {
         &self.target
+    }
+
+    /// Which of the hooked tensors the autograd graph behind `loss` reaches: those whose
+    /// hooks its backward pass will call (a tensor it does not reach gets no gradient from it).
+    pub fn reached(&self, loss: &Tensor) -> Result<Vec<bool>, String> {
+        // The handle's own count: one flag per hooked tensor.
+        let mut out = vec![0u8; self.len];
+        // SAFETY: the handle is live; `loss` outlives the call; `out` has one byte per hook.
+        check(unsafe {
+            lsgd_ready_reached(
+                self.handle.as_ptr(),
+                loss.as_ptr().cast_mut().cast(),
+                out.as_mut_ptr(),
+            )
+        })?;
+        Ok(out.into_iter().map(|b| b != 0).collect())
     }
 }
 
@@ -181,6 +222,23 @@ mod tests {
         let mut opt = nn::Sgd::default().build(&vs, 0.1).unwrap();
         opt.backward_step(&net.forward(&xs).square().sum(Kind::Float));
         assert!(seen.order.take().is_empty());
+    }
+
+    #[test]
+    fn the_graph_walk_finds_the_tensors_a_loss_reaches_and_forgotten_gradients_are_none() {
+        let used = Tensor::ones([2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let head = Tensor::ones([2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let tensors = [used.shallow_clone(), head.shallow_clone()];
+        let hooks = GradReady::register(&tensors, Arc::new(Order::default())).unwrap();
+        let loss = (&used * 3.0).sum(Kind::Float);
+        assert_eq!(hooks.reached(&loss).unwrap(), [true, false]);
+        loss.backward();
+        assert!(used.grad().defined());
+        forget_grads(&[&used]);
+        assert!(!used.grad().defined());
+        // A loss with no graph reaches nothing.
+        let constant = Tensor::zeros([], (Kind::Float, Device::Cpu));
+        assert_eq!(hooks.reached(&constant).unwrap(), [false, false]);
     }
 
     #[test]

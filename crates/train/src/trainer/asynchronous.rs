@@ -292,6 +292,7 @@ impl<'w> Trainer<'w> {
             started,
             policy_s,
             compute_s,
+            exposed_s: traffic.seconds,
         })
     }
 

@@ -14,14 +14,17 @@ use tch::Device;
 use tch::nn::VarStore;
 
 use super::identity::{plugin_records, same_plugins};
+use super::overlap::Overlap;
 use super::resume::Resumed;
 use super::{Metrics, Trainer};
 use crate::checkpoint::PluginRecord;
 use crate::config::{Mode, RunConfig, TrainConfig};
 use crate::exchange::{GradientExchange, Local};
 use crate::metrics::{MetricsWriter, Record};
+use crate::model::Model;
 use crate::optim::{self, Optimizer, Param};
 use crate::order::SampleOrder;
+use crate::overlap::order;
 use crate::progress::Progress;
 use crate::tensors::{DataSettings, DataTensors};
 use crate::{Error, Reporting, Result, data, device, rundir, tune_malloc};
@@ -67,13 +70,15 @@ impl<'w> Trainer<'w> {
         tune_malloc();
         tch::set_num_threads(config.invocation.threads as i32);
         let (run, device) = (&config.run, device(config.invocation.device)?);
-        let data = load_data(config, device)?;
+        let mut data = load_data(config, device)?;
         tch::manual_seed(run.seed as i64);
         let vs = VarStore::new(device);
         let model = run.model.build(&vs.root(), data.image, data.classes)?;
         let opt = optim::build(&vs, run.sgd, run.adamw, run.error_feedback.moves_momentum());
         let tensors = tensor_descriptions(&vs, opt.params());
-        let gradients = gradient_exchange(config, opt.as_ref(), &mut policies)?;
+        let codec = policies.codec_mut().is_some();
+        let (order, overlap) = readiness(world, config, &model, &mut data, opt.params(), codec)?;
+        let gradients = gradient_exchange(config, opt.as_ref(), &order, &mut policies)?;
         let clock = run_clock(run, data.train.len, world.size())?;
         let (world_rank, world_size) = (world.rank(), world.size());
         // A replacement joins a run that claimed its directory long ago.
@@ -106,6 +111,7 @@ impl<'w> Trainer<'w> {
             tensors,
             last_checkpoint: None,
             survival: super::survive::Survival::new(world_rank, world_size, reporting.quiet),
+            overlap,
         };
         if trainer.world.joined() {
             trainer.join()?;
@@ -159,6 +165,11 @@ impl<'w> Trainer<'w> {
                 self.gradients.len()
             ),
             _ => String::new(),
+        };
+        let path = match (&self.overlap, path.is_empty()) {
+            (_, true) => path,
+            (Some(_), false) => format!("{path}, overlapped with the backward pass"),
+            (None, false) => format!("{path}, after the backward pass"),
         };
         let precision = match self.config.run.mixed_precision.precision {
             crate::precision::Precision::Fp32 => String::new(),
@@ -255,11 +266,36 @@ fn claim_out(world: &World, config: &TrainConfig, resume: Option<&Path>) -> Resu
     }
 }
 
-/// The gradient exchange of `opt`'s parameters (bucket size, all-reduce, codec, error
-/// feedback and local clipping as `config` says).
+/// The order the gradients become ready in, the same on every rank, and the hooks when the
+/// step overlaps its exchange with the backward pass: a synchronous run records the order once
+/// (the bucket layout follows it with or without overlap, so both end with the same bits);
+/// `--mode async` keeps the optimizer's order. A single process without a codec has nothing to
+/// exchange, so nothing to overlap.
+fn readiness(
+    world: &World,
+    config: &TrainConfig,
+    model: &Model,
+    data: &mut DataTensors,
+    params: &[Param],
+    codec: bool,
+) -> Result<(Vec<usize>, Option<Overlap>)> {
+    if config.run.mode == Mode::Async {
+        return Ok(((0..params.len()).collect(), None));
+    }
+    let overlaps = config.overlaps() && (world.size() > 1 || codec);
+    let hooks = Overlap::new(params)?;
+    let mine = hooks.record(model, data, params, world.rank())?;
+    let names: Vec<String> = params.iter().map(|p| p.name.clone()).collect();
+    let order = order::agree(world, &mine, &names, overlaps)?;
+    Ok((order, overlaps.then_some(hooks)))
+}
+
+/// The gradient exchange of `opt`'s parameters in buckets laid out in `order` (bucket size,
+/// all-reduce, codec, error feedback and local clipping as `config` says).
 fn gradient_exchange(
     config: &TrainConfig,
     opt: &dyn Optimizer,
+    order: &[usize],
     policies: &mut PolicySet,
 ) -> Result<GradientExchange> {
     let run = &config.run;
@@ -280,6 +316,7 @@ fn gradient_exchange(
     }
     GradientExchange::new(
         &shapes,
+        order,
         (run.bucket_mb * (1 << 20) as f64 / 4.0) as usize,
         config.invocation.allreduce,
         policies.codec_mut(),
