@@ -104,9 +104,11 @@ def main():
     # Standardised once: the timed steps are the exchange's, not the data's.
     x = (x - mean) / std
     # lsgd-host keeps each rank's BatchNorm running statistics to itself, so DDP does not
-    # broadcast rank 0's buffers before every forward either. An explicit bucket_cap_mb also
-    # makes DDP's first bucket that size (its default first bucket is 1 MiB), as lsgd-host's.
-    ddp = DDP(model, bucket_cap_mb=a.bucket_mb, **without_buffer_sync())
+    # broadcast rank 0's buffers before every forward either. At the default 25 MiB DDP is
+    # left its default, whose first bucket is 1 MiB as lsgd-host's; an explicit bucket_cap_mb
+    # makes DDP's first bucket that size too (lsgd-host's stays at most 1 MiB).
+    cap = None if a.bucket_mb == 25.0 else a.bucket_mb
+    ddp = DDP(model, bucket_cap_mb=cap, **without_buffer_sync())
     timer = None
     if a.hook == "timed":
         timer = BucketTimes()

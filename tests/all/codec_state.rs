@@ -176,3 +176,91 @@ fn compare_carries_a_stateful_codecs_state_from_bucket_to_bucket() {
     let r = compare_codecs(&mut warm, &mut again, inputs, exact).unwrap();
     assert!(r.payloads_identical && r.within_tolerance());
 }
+
+/// Error-feedback residuals saved with the buckets laid out in one order (an older checkpoint's
+/// optimizer order, or another readiness order) are moved to the resuming run's buckets element
+/// for element: each tensor's residual is the same after the move.
+#[test]
+fn residuals_saved_for_another_bucket_layout_move_to_this_runs_element_for_element() {
+    use lsgd_host::collective::{Algorithm, World};
+    use lsgd_host::train::exchange::{ErrorFeedback, GradientExchange, Local};
+    use tch::{Kind, Tensor};
+
+    let shapes: Vec<(String, Vec<i64>)> = [("a", vec![4, 3]), ("b", vec![5]), ("c", vec![6, 2])]
+        .into_iter()
+        .map(|(n, s)| (n.to_string(), s))
+        .collect();
+    let weights: Vec<Tensor> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, (_, s))| {
+            let w = Tensor::ones(s.as_slice(), (Kind::Float, tch::Device::Cpu));
+            let w = (w * (i as f64 + 1.0)).set_requires_grad(true);
+            let n = w.numel() as i64;
+            // A gradient whose elements all differ, so that top-k leaves a residual everywhere.
+            (&w * Tensor::arange(n, (Kind::Float, tch::Device::Cpu)).view(s.as_slice()))
+                .sum(Kind::Float)
+                .backward();
+            w
+        })
+        .collect();
+    let refs: Vec<&Tensor> = weights.iter().collect();
+    let local = Local {
+        error_feedback: ErrorFeedback::Residual,
+        ..Local::default()
+    };
+    let rt = runtime();
+    let mut codec = load(&rt, "codec-top-k", &[("density", "0.25")]).unwrap();
+    let mut world = World::single();
+    let exchange = |order: &[usize], codec: &mut lsgd_host::plugin::Plugin| {
+        GradientExchange::new(
+            &shapes,
+            order,
+            8,
+            Algorithm::Mpi,
+            Some(codec),
+            local.clone(),
+            1,
+        )
+        .unwrap()
+    };
+    // Each tensor's residual, from a checkpoint's bucket tensors and the layout's order.
+    let per_tensor = |x: &GradientExchange, saved: &[(String, Tensor)]| -> Vec<Vec<f32>> {
+        let mut flat: Vec<Vec<f32>> = shapes
+            .iter()
+            .map(|(_, s)| vec![0.0; s.iter().product::<i64>() as usize])
+            .collect();
+        for (b, bucket) in x.buckets().iter().enumerate() {
+            let key = format!("ef.rank0.bucket{b}");
+            let (_, t) = saved.iter().find(|(n, _)| *n == key).unwrap();
+            let v = Vec::<f32>::try_from(t).unwrap();
+            let mut offset = 0;
+            for s in &bucket.slices {
+                let (tensor, start) = (
+                    shapes.iter().position(|(n, _)| *n == s.name).unwrap(),
+                    s.tensor_offset as usize,
+                );
+                let len = s.len as usize;
+                flat[tensor][start..start + len].copy_from_slice(&v[offset..offset + len]);
+                offset += len;
+            }
+        }
+        flat
+    };
+    let mut first = exchange(&[0, 1, 2], &mut codec);
+    first
+        .exchange(&mut world, Some(&mut codec), &refs, 0)
+        .unwrap();
+    let saved = first.checkpoint_tensors(&world).unwrap();
+    let before = per_tensor(&first, &saved);
+    assert!(before.iter().flatten().any(|&r| r != 0.0));
+    for (saved_order, order) in [(None, [2, 0, 1]), (Some(vec![0, 1, 2]), [1, 2, 0])] {
+        let mut resumed = exchange(&order, &mut codec);
+        assert_ne!(resumed.buckets(), first.buckets());
+        resumed
+            .restore(&saved, 0, 1, saved_order.as_deref())
+            .unwrap();
+        let after = per_tensor(&resumed, &resumed.checkpoint_tensors(&world).unwrap());
+        assert_eq!(after, before, "{order:?}");
+    }
+}

@@ -429,6 +429,7 @@ fn valid_checkpoint() -> &'static Path {
             plugins: Vec::new(),
             policy_state: [("schedule".to_string(), "00ff".to_string())].into(),
             loss_scaler: None,
+            bucket_order: None,
         };
         let tensors = [
             (

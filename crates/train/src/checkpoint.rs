@@ -98,6 +98,11 @@ pub struct Meta {
     /// fp16's loss scaler at `step` (absent for other precisions and older checkpoints).
     #[serde(default)]
     pub loss_scaler: Option<crate::precision::ScalerState>,
+    /// The order of the tensors the gradient buckets were laid out in (their readiness order),
+    /// which the error-feedback state follows; absent in checkpoints from before it, whose
+    /// buckets followed the optimizer's order.
+    #[serde(default)]
+    pub bucket_order: Option<Vec<usize>>,
 }
 
 /// Bytes as lowercase hex, for the JSON part.

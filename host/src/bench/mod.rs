@@ -134,6 +134,8 @@ pub struct TimedSteps {
     pub compute_s: f64,
     /// Collectives.
     pub communication_s: f64,
+    /// Of the collectives, what the step waited for (the rest ran behind the backward pass).
+    pub exposed_communication_s: f64,
     /// Asking the policies.
     pub policy_s: f64,
 }
@@ -162,6 +164,7 @@ pub fn timed_steps(metrics: &Path, warmup: u64) -> Result<TimedSteps> {
         step_s: wall / n,
         compute_s: mean(|s| s.compute_s),
         communication_s: mean(|s| s.communication_s),
+        exposed_communication_s: mean(|s| s.exposed_communication_s),
         policy_s: mean(|s| s.policy_s),
     })
 }

@@ -89,6 +89,32 @@ impl Bucket {
     }
 }
 
+/// `values` (one vector per bucket of `from`) laid out in `to`'s buckets instead; both layouts
+/// cover the same tensors, whose element counts are `sizes`.
+pub fn relayout(
+    from: &[Bucket],
+    to: &[Bucket],
+    values: &[Vec<f32>],
+    sizes: &[usize],
+) -> Vec<Vec<f32>> {
+    let mut flat: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.0; n]).collect();
+    for (bucket, v) in from.iter().zip(values) {
+        let mut offset = 0;
+        for p in &bucket.pieces {
+            flat[p.tensor][p.start..p.start + p.len].copy_from_slice(&v[offset..offset + p.len]);
+            offset += p.len;
+        }
+    }
+    to.iter()
+        .map(|b| {
+            b.pieces
+                .iter()
+                .flat_map(|p| flat[p.tensor][p.start..p.start + p.len].iter().copied())
+                .collect()
+        })
+        .collect()
+}
+
 /// Cuts tensors of the given names and shapes into buckets of at most `cap` floats, in order:
 /// a tensor that does not fit the current bucket starts a new one, and a tensor larger than
 /// `cap` is split into runs of whole rows (a single row larger than `cap` stays whole).
@@ -192,6 +218,24 @@ mod tests {
 
     fn shapes(s: &[(&str, &[i64])]) -> Vec<(String, Vec<i64>)> {
         s.iter().map(|(n, d)| (n.to_string(), d.to_vec())).collect()
+    }
+
+    #[test]
+    fn values_move_between_layouts_element_for_element() {
+        let t = shapes(&[("a", &[3, 2]), ("b", &[4]), ("c", &[2])]);
+        let old = layout(&t, 100);
+        let new = layout_in(&t, &[2, 1, 0], Caps { first: 3, rest: 5 }).unwrap();
+        let values: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let moved = relayout(&old, &new, &[values], &[6, 4, 2]);
+        // c (10, 11) first, then b (6..10), then a's rows (0..6).
+        assert_eq!(
+            moved.concat(),
+            [10.0, 11.0, 6.0, 7.0, 8.0, 9.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        );
+        assert_eq!(
+            relayout(&new, &old, &moved, &[6, 4, 2]).concat(),
+            (0..12).map(|v| v as f32).collect::<Vec<_>>()
+        );
     }
 
     #[test]

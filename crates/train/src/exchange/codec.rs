@@ -341,7 +341,7 @@ impl Compressor {
 }
 
 /// The `len` floats a checkpoint saved under `key` (a `what` of one bucket).
-fn saved_bucket(
+pub(super) fn saved_bucket(
     tensors: &[(String, Tensor)],
     key: &str,
     what: &str,

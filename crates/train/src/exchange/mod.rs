@@ -75,6 +75,10 @@ pub struct Local {
 /// rank does to its own gradient and, with a codec, the codec's state.
 pub struct GradientExchange {
     buckets: Vec<Bucket>,
+    /// The tensors' names and shapes, the order and the caps the buckets were laid out by.
+    shapes: Vec<(String, Vec<i64>)>,
+    order: Vec<usize>,
+    caps: Caps,
     algo: Algorithm,
     local: Local,
     compressor: Option<Compressor>,
@@ -122,6 +126,9 @@ impl GradientExchange {
             }
             return Ok(GradientExchange {
                 buckets,
+                shapes: weights.to_vec(),
+                order: order.to_vec(),
+                caps,
                 algo,
                 local,
                 compressor: None,
@@ -132,6 +139,9 @@ impl GradientExchange {
             Compressor::new(codec, &buckets, local.error_feedback, local.momentum, seed)?;
         Ok(GradientExchange {
             buckets,
+            shapes: weights.to_vec(),
+            order: order.to_vec(),
+            caps,
             algo,
             local,
             compressor: Some(compressor),
@@ -157,6 +167,12 @@ impl GradientExchange {
     /// The buckets, in the order they are exchanged.
     pub fn buckets(&self) -> &[Bucket] {
         &self.buckets
+    }
+
+    /// The order of the tensors the buckets were laid out in (their gradients' readiness
+    /// order), for a checkpoint.
+    pub fn order(&self) -> &[usize] {
+        &self.order
     }
 
     /// Replaces every gradient of `weights` by its sum over the ranks (through the codec, if
@@ -290,17 +306,82 @@ impl GradientExchange {
         }
     }
 
-    /// Restores this rank's codec state from a checkpoint's tensors.
+    /// Restores this rank's codec state from a checkpoint's tensors, written with the buckets
+    /// laid out in `saved_order` (`None`: a checkpoint from before the readiness order, whose
+    /// buckets followed the optimizer's order at one cap). Error-feedback state saved for
+    /// another layout is moved to this run's buckets element for element; a stateful codec's
+    /// own state cannot be, and is refused.
     pub fn restore(
         &mut self,
         tensors: &[(String, Tensor)],
         rank: usize,
         size: usize,
+        saved_order: Option<&[usize]>,
     ) -> Result<()> {
-        match &mut self.compressor {
-            Some(c) => c.restore(tensors, rank, size),
-            None => Ok(()),
+        let Some(c) = &mut self.compressor else {
+            return Ok(());
+        };
+        let identity: Vec<usize> = (0..self.shapes.len()).collect();
+        let (order, caps) = match saved_order {
+            Some(order) => (order, self.caps),
+            None => (
+                &identity[..],
+                Caps {
+                    first: self.caps.rest,
+                    rest: self.caps.rest,
+                },
+            ),
+        };
+        let saved = buckets::layout_in(&self.shapes, order, caps).map_err(|e| {
+            Error::Checkpoint(format!(
+                "the checkpoint's bucket order is not this model's: {e}"
+            ))
+        })?;
+        if saved == self.buckets {
+            return c.restore(tensors, rank, size);
         }
+        if tensors
+            .iter()
+            .any(|(n, _)| n.starts_with(carry::STATE_PREFIX))
+        {
+            return Err(Error::Checkpoint(format!(
+                "the codec's own state was saved for {} bucket(s) laid out otherwise than this \
+                 run's {}, and a codec's state cannot be moved between buckets",
+                saved.len(),
+                self.buckets.len()
+            )));
+        }
+        let sizes: Vec<usize> = self
+            .shapes
+            .iter()
+            .map(|(_, s)| s.iter().product::<i64>() as usize)
+            .collect();
+        let mut moved: Vec<(String, Tensor)> = tensors
+            .iter()
+            .filter(|(n, _)| !n.starts_with(codec::RESIDUAL_PREFIX))
+            .map(|(n, t)| (n.clone(), t.shallow_clone()))
+            .collect();
+        for (prefix, what) in [
+            (codec::RESIDUAL_PREFIX, "error-feedback residual"),
+            (codec::VELOCITY_PREFIX, "momentum-correction velocity"),
+        ] {
+            for r in 0.. {
+                let key = |b: usize| format!("{prefix}rank{r}.bucket{b}");
+                if !tensors.iter().any(|(n, _)| *n == key(0)) {
+                    break;
+                }
+                let values = saved
+                    .iter()
+                    .enumerate()
+                    .map(|(b, bucket)| codec::saved_bucket(tensors, &key(b), what, bucket.len))
+                    .collect::<Result<Vec<_>>>()?;
+                let relaid = buckets::relayout(&saved, &self.buckets, &values, &sizes);
+                for (b, v) in relaid.into_iter().enumerate() {
+                    moved.push((key(b), Tensor::from_slice(&v)));
+                }
+            }
+        }
+        c.restore(&moved, rank, size)
     }
 }
 

@@ -67,7 +67,12 @@ impl Trainer<'_> {
             .map_err(cannot)?;
         if self.same_codec(&meta) {
             self.gradients
-                .restore(&tensors, self.world.rank(), self.world.size())
+                .restore(
+                    &tensors,
+                    self.world.rank(),
+                    self.world.size(),
+                    meta.bucket_order.as_deref(),
+                )
                 .map_err(cannot)?;
         } else if let Some(c) = &mut change {
             // Residuals are what the old codec's payloads still owe; another codec (or none)

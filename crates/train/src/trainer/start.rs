@@ -286,7 +286,13 @@ fn readiness(
     let hooks = Overlap::new(params)?;
     let mine = hooks.record(model, data, params, world.rank())?;
     let names: Vec<String> = params.iter().map(|p| p.name.clone()).collect();
-    let order = order::agree(world, &mine, &names, overlaps)?;
+    // A replacement joining survivors mid-run (`--grow-back`) cannot ask them: they agreed on
+    // this order at their start, and the same model records the same one here.
+    let order = if world.joined() {
+        mine
+    } else {
+        order::agree(world, &mine, &names, overlaps)?
+    };
     Ok((order, overlaps.then_some(hooks)))
 }
 

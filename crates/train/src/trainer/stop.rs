@@ -115,6 +115,7 @@ impl Trainer<'_> {
             plugins: self.plugins.clone(),
             policy_state,
             loss_scaler: self.scaler.as_ref().map(LossScaler::state),
+            bucket_order: Some(self.gradients.order().to_vec()),
         };
         checkpoint::save(out, meta, &tensors)
     }
