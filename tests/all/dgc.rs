@@ -210,12 +210,12 @@ fn momentum_correction_refuses_what_it_cannot_combine_with() {
 fn a_config_file_says_error_feedback_as_a_switch_or_a_mode() {
     let dir = scratch("dgc-toml");
     for (value, announced) in [
-        ("true", "1 bucket(s), error feedback)"),
+        ("true", "2 bucket(s), error feedback)"),
         (
             "\"momentum\"",
             "error feedback with momentum correction (DGC))",
         ),
-        ("false", "1 bucket(s))"),
+        ("false", "2 bucket(s))"),
     ] {
         let file = dir.join("run.toml");
         let toml = format!(

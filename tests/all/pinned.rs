@@ -66,33 +66,37 @@ type Cpu = (&'static str, bool);
 
 /// The pinned hashes by CPU model (`model name` of /proc/cpuinfo) and whether it has AVX-512
 /// (`None`: any other CPU), in the order one process, two ranks ring, top-k with error
-/// feedback, fp16 with error feedback.
-const PINS: &[(Option<Cpu>, [&str; 4])] = &[
+/// feedback, fp16 with error feedback. A `None` hash is one not recorded again since issue 46
+/// laid the buckets out in the gradients' readiness order with a 1 MiB first bucket: top-k
+/// keeps each bucket's largest elements, so its run changed by design there (the sums of the
+/// other runs do not depend on the layout); it is recorded on a CPU of that set by running
+/// this test there.
+const PINS: &[(Option<Cpu>, [Option<&str>; 4])] = &[
     (
         None,
         [
-            "2c0f4bcdcd3b8a229cbd49593d8ed59eb9f5eedb7779bfec9f950313bb77fa47",
-            "50afbc9b60ba408cc189b94174d510fab6db531ca31545dc2fb7f94eb9f99ca2",
-            "819627260a0a2f195b8175574c818e27672d889bf38a734d34b0f432d0adddd0",
-            "4acaf7adb70037cda56d259519ce17042940e41abac4a2bf441fb157a9adc238",
+            Some("2c0f4bcdcd3b8a229cbd49593d8ed59eb9f5eedb7779bfec9f950313bb77fa47"),
+            Some("50afbc9b60ba408cc189b94174d510fab6db531ca31545dc2fb7f94eb9f99ca2"),
+            None,
+            Some("4acaf7adb70037cda56d259519ce17042940e41abac4a2bf441fb157a9adc238"),
         ],
     ),
     (
         Some(("Intel(R) Xeon(R) Processor", true)),
         [
-            "0cec8083811f5a5a0866fe9e4d04f2dbad0298e824077df6cdc43081bd1b0308",
-            "1ba5d3ee06f4aead59da1510ce8a9ccae85bd24b04a8dbff68508aa0ba1268f2",
-            "070559cb37081d643d1f80f34db68c4db8051ff20850dfc1bf797914742d0d20",
-            "59f011e55b32fafc3669273e6362db2fc08565639a55b0f508e97b936debc158",
+            Some("0cec8083811f5a5a0866fe9e4d04f2dbad0298e824077df6cdc43081bd1b0308"),
+            Some("1ba5d3ee06f4aead59da1510ce8a9ccae85bd24b04a8dbff68508aa0ba1268f2"),
+            Some("bc0a9debe2c8733ad123f4a4cdeeb902b05b4a820cb359b90234394ab9171d75"),
+            Some("59f011e55b32fafc3669273e6362db2fc08565639a55b0f508e97b936debc158"),
         ],
     ),
     (
         Some(("AMD EPYC", false)),
         [
-            "92f39acc24771e2b1b021c0303a1b7430ed4e4fe519af1d7e8518d539b9e5f58",
-            "bff46aeee98ddc7dbc876ec7ef61f3a76c9a504724782c3972b60205fcef28f1",
-            "44ee608bbe55b1bfb4169805d0daa909c6b7326342b6fb5404d7aa016f6d5bb9",
-            "454c53666cace1829bc604894cd6146746b4ec4b73a19dc127988ab0c4c72464",
+            Some("92f39acc24771e2b1b021c0303a1b7430ed4e4fe519af1d7e8518d539b9e5f58"),
+            Some("bff46aeee98ddc7dbc876ec7ef61f3a76c9a504724782c3972b60205fcef28f1"),
+            None,
+            Some("454c53666cace1829bc604894cd6146746b4ec4b73a19dc127988ab0c4c72464"),
         ],
     ),
 ];
@@ -124,8 +128,15 @@ fn assert_pinned(what: &str, got: &str, which: usize) {
         .find(|(m, _)| *m == Some((cpu.as_str(), avx512)))
         .unwrap_or(&PINS[0]);
     let isa = if avx512 { "with" } else { "without" };
+    let Some(pin) = pins[which] else {
+        eprintln!(
+            "{what}: no pin recorded since issue 46's bucket layout for this CPU ({cpu}, {isa} \
+             AVX-512); this run gave {got}"
+        );
+        return;
+    };
     assert_eq!(
-        got, pins[which],
+        got, pin,
         "{what}: the weights after the pinned run changed (CPU: {cpu}, {isa} AVX-512)"
     );
 }
