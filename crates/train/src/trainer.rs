@@ -400,6 +400,18 @@ impl Trainer<'_> {
         let has_codec = codec.is_some();
         let weights: Vec<&Tensor> = self.opt.params().iter().map(|p| &p.tensor).collect();
         let result = self.gradients.exchange(self.world, codec, &weights, step);
+        self.settle(result, has_codec, step)
+    }
+
+    /// What an exchange of `step` ended with, either step's: a success committed codec state
+    /// (which a redo under `--fault-tolerance` rolls back); a fault with a codec (`has_codec`)
+    /// stops the run through [`Trainer::stop`].
+    fn settle(
+        &mut self,
+        result: Result<Exchanged>,
+        has_codec: bool,
+        step: u64,
+    ) -> Result<Exchanged> {
         if result.is_ok() {
             self.survival.exchanged(step);
         }

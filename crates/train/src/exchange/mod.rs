@@ -189,8 +189,7 @@ impl GradientExchange {
         step: u64,
     ) -> Result<Exchanged> {
         let reached: Vec<bool> = weights.iter().map(|w| w.grad().defined()).collect();
-        let (missing, found) = self.unused(world, &reached)?;
-        zero_grads(&missing.iter().map(|&i| weights[i]).collect::<Vec<_>>());
+        let found = self.zero_unreached(world, weights, &reached)?;
         if let Some(c) = self.local.clip_norm {
             let _guard = tch::no_grad_guard();
             let grads: Vec<Tensor> = weights.iter().map(|w| w.grad()).collect();
@@ -201,12 +200,17 @@ impl GradientExchange {
         Ok(exchanged)
     }
 
-    /// Which tensors must get a zero gradient before the exchange, given which of them this
-    /// rank's backward pass reaches (`reached`): with `find_unused`, those another rank's
-    /// reached and this one's did not (one small all-reduce), so that a parameter no rank used
-    /// keeps no gradient; without it, every one not reached, so that every rank has a gradient
-    /// for the same parameters.
-    pub fn unused(&self, world: &mut World, reached: &[bool]) -> Result<(Vec<usize>, Traffic)> {
+    /// Gives a zero gradient, before the exchange, to the tensors of `weights` this rank's
+    /// backward pass does not reach (`reached`) that need one: with `find_unused`, those
+    /// another rank's reached (one small all-reduce), so that a parameter no rank used keeps no
+    /// gradient; without it, every one not reached, so that every rank has a gradient for the
+    /// same parameters.
+    pub fn zero_unreached(
+        &self,
+        world: &mut World,
+        weights: &[&Tensor],
+        reached: &[bool],
+    ) -> Result<Traffic> {
         let mut used: Vec<f32> = reached.iter().map(|&r| f32::from(u8::from(r))).collect();
         let mut traffic = Traffic::default();
         if self.local.find_unused && world.size() > 1 {
@@ -214,16 +218,18 @@ impl GradientExchange {
         } else if !self.local.find_unused {
             used.fill(1.0);
         }
-        let missing = (0..reached.len())
+        let missing: Vec<&Tensor> = (0..reached.len())
             .filter(|&i| used[i] > 0.0 && !reached[i])
+            .map(|i| weights[i])
             .collect();
-        Ok((missing, traffic))
+        zero_grads(&missing);
+        Ok(traffic)
     }
 
     /// The exchange of every bucket, in order, each once `ready` has returned for it: the
-    /// overlapped step waits there for the bucket's gradients. The caller has already given a
-    /// zero gradient to the tensors [`GradientExchange::unused`] names, and there is no
-    /// `--local-clip-norm` (`TrainConfig::overlap_refused`).
+    /// overlapped step waits there for the bucket's gradients. The caller has already called
+    /// [`GradientExchange::zero_unreached`], and there is no `--local-clip-norm`
+    /// (`TrainConfig::overlap_refused`).
     pub fn exchange_ready(
         &mut self,
         world: &mut World,

@@ -18,7 +18,9 @@ use std::time::Instant;
 use tch::{Kind, Tensor};
 
 use super::{Batch, Trainer};
-use crate::exchange::{Exchanged, zero_grads};
+use lsgd_collective::Traffic;
+
+use crate::exchange::Exchanged;
 use crate::model::Model;
 use crate::optim::Param;
 use crate::overlap::ready::forget_grads;
@@ -103,6 +105,7 @@ impl Trainer<'_> {
         let mut loss_sum = Tensor::zeros([], (Kind::Double, self.device));
         let computed = self.all_but_last_backward(batch, epsilon, &mut loss_sum);
         self.lose_on_purpose(step);
+        let found = self.open_gate(computed.as_ref().ok())?;
         let Trainer {
             overlap,
             opt,
@@ -111,23 +114,8 @@ impl Trainer<'_> {
             policies,
             ..
         } = self;
-        let Overlap { hooks, gate } = overlap.as_ref().expect("an overlapped step has hooks");
+        let gate = &overlap.as_ref().expect("an overlapped step has hooks").gate;
         let weights: Vec<&Tensor> = opt.params().iter().map(|p| &p.tensor).collect();
-        let in_graph = match &computed {
-            Ok(l) => hooks
-                .reached(l)
-                .map_err(|e| Error::Model(format!("cannot walk the backward graph: {e}")))?,
-            Err(_) => vec![false; weights.len()],
-        };
-        let reached: Vec<bool> = in_graph
-            .iter()
-            .zip(&weights)
-            .map(|(&g, w)| g || w.grad().defined())
-            .collect();
-        let (missing, found) = gradients.unused(world, &reached)?;
-        zero_grads(&missing.iter().map(|&i| weights[i]).collect::<Vec<_>>());
-        let not_in_graph: Vec<bool> = in_graph.iter().map(|g| !g).collect();
-        gate.open(&not_in_graph);
         let codec = policies.codec_mut();
         let has_codec = codec.is_some();
         let (exchanged, backward) = std::thread::scope(|s| {
@@ -159,13 +147,8 @@ impl Trainer<'_> {
             (Ok(_), Some(Err(e))) => Some(self.model.fault("backward", &e.to_string())),
             _ => None,
         };
-        let mut exchanged = match exchanged {
-            Ok(x) => x,
-            Err(fault) if has_codec => return Err(self.stop(fault)),
-            Err(fault) => return Err(fault),
-        };
+        let mut exchanged = self.settle(exchanged, has_codec, step)?;
         exchanged.traffic += found;
-        self.survival.exchanged(step);
         self.model_fault_after_exchange(failure, buffers)?;
         Ok(Passed {
             loss_sum,
@@ -173,6 +156,34 @@ impl Trainer<'_> {
             compute_s: finished.duration_since(started).as_secs_f64(),
             exposed_s: ended.saturating_duration_since(finished).as_secs_f64(),
         })
+    }
+
+    /// Before the backward pass of `loss` (`None`: this rank's forward pass failed, and no
+    /// backward pass follows): the tensors its graph does not reach get their zero gradient
+    /// where they need one (with `find_unused`, agreed by one small all-reduce, whose traffic
+    /// this returns), and the gate opens with them ready, the others ready once their hooks
+    /// report.
+    fn open_gate(&mut self, loss: Option<&Tensor>) -> Result<Traffic> {
+        let Overlap { hooks, gate } = self.overlap.as_ref().expect("an overlapped step has hooks");
+        let weights: Vec<&Tensor> = self.opt.params().iter().map(|p| &p.tensor).collect();
+        let in_graph = match loss {
+            Some(l) => hooks
+                .reached(l)
+                .map_err(|e| Error::Model(format!("cannot walk the backward graph: {e}")))?,
+            None => vec![false; weights.len()],
+        };
+        // What the sequential step sees as a gradient after its backward pass.
+        let reached: Vec<bool> = in_graph
+            .iter()
+            .zip(&weights)
+            .map(|(&g, w)| g || w.grad().defined())
+            .collect();
+        let found = self
+            .gradients
+            .zero_unreached(self.world, &weights, &reached)?;
+        let not_in_graph: Vec<bool> = in_graph.iter().map(|g| !g).collect();
+        gate.open(&not_in_graph);
+        Ok(found)
     }
 
     /// Forward and backward of every micro-batch but the last, then the last one's forward

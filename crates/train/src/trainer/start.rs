@@ -285,12 +285,12 @@ fn readiness(
     let overlaps = config.overlaps() && (world.size() > 1 || codec);
     let hooks = Overlap::new(params)?;
     let mine = hooks.record(model, data, params, world.rank())?;
-    let names: Vec<String> = params.iter().map(|p| p.name.clone()).collect();
     // A replacement joining survivors mid-run (`--grow-back`) cannot ask them: they agreed on
     // this order at their start, and the same model records the same one here.
     let order = if world.joined() {
         mine
     } else {
+        let names: Vec<String> = params.iter().map(|p| p.name.clone()).collect();
         order::agree(world, &mine, &names, overlaps)?
     };
     Ok((order, overlaps.then_some(hooks)))
