@@ -50,6 +50,12 @@ pub struct StepRecord {
     /// Of `communication_s`, the seconds that ran behind the backward pass.
     #[serde(default)]
     pub hidden_communication_s: f64,
+    /// Of `compute_s`, the seconds of the last micro-batch's backward pass: the part an
+    /// overlapped exchange can run behind (the forward pass, earlier micro-batches and the
+    /// update cannot), so a step is at best `compute_s - backward_s + max(backward_s,
+    /// communication_s)`.
+    #[serde(default)]
+    pub backward_s: f64,
     /// Bytes this rank sent in the step's collectives.
     #[serde(default)]
     pub bytes_sent: u64,
@@ -277,6 +283,7 @@ impl Record {
                     ("train/communication_s", s.communication_s),
                     ("train/exposed_communication_s", s.exposed_communication_s),
                     ("train/hidden_communication_s", s.hidden_communication_s),
+                    ("train/backward_s", s.backward_s),
                     ("train/policy_s", s.policy_s),
                     ("train/bytes_sent", s.bytes_sent as f64),
                     ("train/payload_bytes", s.payload_bytes as f64),
@@ -372,7 +379,7 @@ pub struct Resumed {
     pub epochs: u32,
 }
 
-const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped,worker,staleness,momentum,exposed_communication_s,hidden_communication_s";
+const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped,worker,staleness,momentum,exposed_communication_s,hidden_communication_s,backward_s";
 
 fn one() -> f64 {
     1.0
@@ -525,7 +532,7 @@ impl MetricsWriter {
             match record {
                 Record::Step(s) => steps.write_all(
                     format!(
-                        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                         s.step,
                         s.epoch,
                         s.lr,
@@ -546,7 +553,8 @@ impl MetricsWriter {
                         s.staleness.map(|v| v.to_string()).unwrap_or_default(),
                         s.momentum.map(|v| v.to_string()).unwrap_or_default(),
                         s.exposed_communication_s,
-                        s.hidden_communication_s
+                        s.hidden_communication_s,
+                        s.backward_s
                     )
                     .as_bytes(),
                 )?,
@@ -635,6 +643,7 @@ mod tests {
             communication_s: 0.25,
             exposed_communication_s: 0.125,
             hidden_communication_s: 0.125,
+            backward_s: 0.25,
             bytes_sent: 1 << 20,
             payload_bytes: 4096,
             compression_ratio: 32.0,
@@ -660,6 +669,7 @@ mod tests {
                 ("train/communication_s", 0.25),
                 ("train/exposed_communication_s", 0.125),
                 ("train/hidden_communication_s", 0.125),
+                ("train/backward_s", 0.25),
                 ("train/policy_s", 0.001),
                 ("train/bytes_sent", f64::from(1 << 20)),
                 ("train/payload_bytes", 4096.0),

@@ -103,6 +103,18 @@ pub struct Stepped {
     pub compute_s: f64,
     /// Seconds of communication the step waited for (all of it unless it overlapped).
     pub exposed_s: f64,
+    /// Of `compute_s`, the seconds of the last micro-batch's backward pass.
+    pub backward_s: f64,
+}
+
+/// What phase 3 produced on this rank.
+pub struct Pass {
+    /// The sum of this rank's per-sample losses.
+    pub loss_sum: Tensor,
+    /// fp16: whether the unscaled gradients hold an inf or NaN.
+    pub overflow: bool,
+    /// Seconds of the last micro-batch's backward pass.
+    pub backward_s: f64,
 }
 
 /// One training run on this rank of a world.
@@ -186,19 +198,21 @@ impl Trainer<'_> {
         let t = Instant::now();
         let loss_scale = self.scaler.as_ref().map(LossScaler::scale);
         let step = decision.state.step;
-        let (loss, skipped, mut exchanged, mut compute_s, exposed_s);
+        let (loss, skipped, mut exchanged, mut compute_s, exposed_s, backward_s);
         if self.overlap.is_some() {
             let passed = self.pass_overlapped(&batch, decision.label_smoothing, step)?;
             let traffic;
             (loss, skipped, traffic) = self.agree(&passed.loss_sum, false, batch.global)?;
             (exchanged, compute_s) = (passed.exchanged, passed.compute_s);
             exposed_s = passed.exposed_s + traffic.seconds;
+            backward_s = passed.backward_s;
             exchanged.traffic += traffic;
         } else {
-            let (loss_sum, overflow) = self.model_pass(&batch, decision.label_smoothing)?;
+            let pass = self.model_pass(&batch, decision.label_smoothing)?;
             compute_s = t.elapsed().as_secs_f64();
+            backward_s = pass.backward_s;
             let traffic;
-            (loss, skipped, traffic) = self.agree(&loss_sum, overflow, batch.global)?;
+            (loss, skipped, traffic) = self.agree(&pass.loss_sum, pass.overflow, batch.global)?;
             exchanged = Exchanged::default();
             if !skipped {
                 self.lose_on_purpose(step);
@@ -226,6 +240,7 @@ impl Trainer<'_> {
             policy_s,
             compute_s,
             exposed_s,
+            backward_s,
         })
     }
 
@@ -301,18 +316,18 @@ impl Trainer<'_> {
     }
 
     /// Phase 3: forward and backward over each micro-batch with label smoothing ε,
-    /// accumulating gradients; returns the sum of this rank's per-sample losses and, with
-    /// fp16, whether the unscaled gradients hold an inf or NaN. BatchNorm sees one micro-batch
-    /// at a time.
-    pub fn forward_backward(&mut self, batch: &Batch, epsilon: f32) -> Result<(Tensor, bool)> {
+    /// accumulating gradients. BatchNorm sees one micro-batch at a time.
+    pub fn forward_backward(&mut self, batch: &Batch, epsilon: f32) -> Result<Pass> {
         self.opt.zero_grad();
         let mut loss_sum = Tensor::zeros([], (Kind::Double, self.device));
         let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
-        let mut offset = 0;
+        let (mut offset, mut backward_s) = (0, 0.0);
         for &m in &batch.micro {
             let (scaled, sum) = self.micro_loss(batch, offset, m, epsilon, scale)?;
             offset += m;
+            let t = Instant::now();
             self.backward(&scaled)?;
+            backward_s = t.elapsed().as_secs_f64();
             loss_sum += sum;
         }
         let overflow = match &self.scaler {
@@ -323,7 +338,11 @@ impl Trainer<'_> {
             }
             None => false,
         };
-        Ok((loss_sum, overflow))
+        Ok(Pass {
+            loss_sum,
+            overflow,
+            backward_s,
+        })
     }
 
     /// The forward pass of the micro-batch of `m` samples at `offset` in `batch`: the loss to
@@ -371,7 +390,7 @@ impl Trainer<'_> {
     /// through [`Trainer::stop`], once the ranks agree on it (one flag per step), and with the
     /// module's buffers (BatchNorm's running statistics) put back on every rank, so that the
     /// checkpoint holds the state before the step.
-    fn model_pass(&mut self, batch: &Batch, epsilon: f32) -> Result<(Tensor, bool)> {
+    fn model_pass(&mut self, batch: &Batch, epsilon: f32) -> Result<Pass> {
         let Model::Script(script) = &self.model else {
             return self.forward_backward(batch, epsilon);
         };
@@ -564,6 +583,7 @@ impl Trainer<'_> {
             communication_s: s.exchanged.traffic.seconds,
             exposed_communication_s: s.exposed_s,
             hidden_communication_s: (s.exchanged.traffic.seconds - s.exposed_s).max(0.0),
+            backward_s: s.backward_s,
             bytes_sent: s.exchanged.traffic.bytes_sent,
             payload_bytes: s.exchanged.payload_bytes,
             compression_ratio: s.exchanged.compression_ratio(),

@@ -136,6 +136,8 @@ pub struct TimedSteps {
     pub communication_s: f64,
     /// Of the collectives, what the step waited for (the rest ran behind the backward pass).
     pub exposed_communication_s: f64,
+    /// Of the compute, the last micro-batch's backward pass (what an exchange can hide behind).
+    pub backward_s: f64,
     /// Asking the policies.
     pub policy_s: f64,
 }
@@ -165,6 +167,7 @@ pub fn timed_steps(metrics: &Path, warmup: u64) -> Result<TimedSteps> {
         compute_s: mean(|s| s.compute_s),
         communication_s: mean(|s| s.communication_s),
         exposed_communication_s: mean(|s| s.exposed_communication_s),
+        backward_s: mean(|s| s.backward_s),
         policy_s: mean(|s| s.policy_s),
     })
 }

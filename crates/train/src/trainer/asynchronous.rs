@@ -293,6 +293,8 @@ impl<'w> Trainer<'w> {
             policy_s,
             compute_s,
             exposed_s: traffic.seconds,
+            // The server runs no backward pass; the workers' are theirs.
+            backward_s: 0.0,
         })
     }
 
@@ -378,7 +380,9 @@ impl<'w> Trainer<'w> {
                 indices,
                 first,
             };
-            let (loss_sum, _) = self.forward_backward(&batch, f32::from_bits(epsilon as u32))?;
+            let loss_sum = self
+                .forward_backward(&batch, f32::from_bits(epsilon as u32))?
+                .loss_sum;
             let header = [
                 version,
                 n,

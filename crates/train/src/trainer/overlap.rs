@@ -44,6 +44,8 @@ pub(super) struct Passed {
     pub compute_s: f64,
     /// Seconds the exchange went on after the backward pass.
     pub exposed_s: f64,
+    /// Seconds of the last micro-batch's backward pass.
+    pub backward_s: f64,
 }
 
 impl Overlap {
@@ -118,6 +120,7 @@ impl Trainer<'_> {
         let weights: Vec<&Tensor> = opt.params().iter().map(|p| &p.tensor).collect();
         let codec = policies.codec_mut();
         let has_codec = codec.is_some();
+        let last_backward = Instant::now();
         let (exchanged, backward) = std::thread::scope(|s| {
             let worker = computed.as_ref().ok().map(|l| {
                 let (loss, gate) = (l.shallow_clone(), gate.clone());
@@ -155,6 +158,9 @@ impl Trainer<'_> {
             exchanged,
             compute_s: finished.duration_since(started).as_secs_f64(),
             exposed_s: ended.saturating_duration_since(finished).as_secs_f64(),
+            backward_s: finished
+                .saturating_duration_since(last_backward)
+                .as_secs_f64(),
         })
     }
 
