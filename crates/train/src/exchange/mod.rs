@@ -83,6 +83,8 @@ pub struct GradientExchange {
     local: Local,
     compressor: Option<Compressor>,
     params: u64,
+    /// The plain all-reduce's buffer, reused by every bucket of every step.
+    scratch: Vec<f32>,
 }
 
 /// The first bucket's cap in floats: DDP's `first_bucket_bytes` (1 MiB), so that the first
@@ -91,9 +93,10 @@ pub const FIRST_BUCKET_FLOATS: usize = 1 << 18;
 
 impl GradientExchange {
     /// Lays out `weights` (name and shape, optimizer order), visited in `order` (the order
-    /// their gradients become ready), in buckets of `bucket_floats` after a first one of at
-    /// most [`FIRST_BUCKET_FLOATS`] (every bucket at most [`MAX_BUCKET_FLOATS`] with a codec,
-    /// whose calls cross the sandbox boundary).
+    /// their gradients become ready), in buckets of `bucket_floats` after a first one of
+    /// [`FIRST_BUCKET_FLOATS`]: with a codec at most that (and [`MAX_BUCKET_FLOATS`], its
+    /// calls crossing the sandbox boundary), tensors split at rows to fill them; without one
+    /// whole tensors until a bucket holds that much, as DDP ([`buckets::layout_whole`]).
     pub fn new(
         weights: &[(String, Vec<i64>)],
         order: &[usize],
@@ -115,7 +118,12 @@ impl GradientExchange {
             first: rest.min(FIRST_BUCKET_FLOATS),
             rest,
         };
-        let buckets = buckets::layout_in(weights, order, caps).map_err(|e| {
+        // A codec's caps bound its buckets; the plain all-reduce's are DDP's thresholds.
+        let lay = match codec {
+            Some(_) => buckets::layout_in,
+            None => buckets::layout_whole,
+        };
+        let buckets = lay(weights, order, caps).map_err(|e| {
             Error::Exchange(format!("the gradients' readiness order is not usable: {e}"))
         })?;
         let Some(codec) = codec else {
@@ -133,6 +141,7 @@ impl GradientExchange {
                 local,
                 compressor: None,
                 params,
+                scratch: Vec::new(),
             });
         };
         let compressor =
@@ -146,6 +155,7 @@ impl GradientExchange {
             local,
             compressor: Some(compressor),
             params,
+            scratch: Vec::new(),
         })
     }
 
@@ -271,11 +281,12 @@ impl GradientExchange {
             _ if world.size() > 1 => {
                 let _guard = tch::no_grad_guard();
                 let mut traffic = Traffic::default();
+                let data = &mut self.scratch;
                 for bucket in &self.buckets {
                     ready(bucket);
-                    let mut data = bucket.gather(weights)?;
-                    traffic += world.all_reduce_sum(self.algo, &mut data)?;
-                    bucket.scatter(weights, &data);
+                    bucket.gather_into(weights, data)?;
+                    traffic += world.all_reduce_sum(self.algo, data)?;
+                    bucket.scatter(weights, data);
                 }
                 Ok(plain(traffic))
             }
@@ -452,7 +463,8 @@ mod tests {
         let mut x =
             GradientExchange::new(&shapes, &[0], 2, Algorithm::Ring, None, Local::default(), 0)
                 .unwrap();
-        assert_eq!(x.len(), 2);
+        // One bucket: the plain exchange never splits a tensor, whatever the cap.
+        assert_eq!(x.len(), 1);
         let e = x.exchange(&mut World::single(), None, &[&w], 0).unwrap();
         assert_eq!(e.traffic.bytes_sent, 0);
         assert_eq!((e.floats, e.compression_ratio()), (3, 1.0));
