@@ -40,6 +40,7 @@ fn bench_ddp_reports_both_sides_and_their_communication() {
         "pytorch_communication_ms",
         "lsgd_step_ms",
         "pytorch_step_ms",
+        "lsgd_sequential_samples_per_s",
     ] {
         let v = num(key);
         assert!(v.is_finite() && v > 0.0, "{key} = {v} in {r}");
@@ -51,4 +52,9 @@ fn bench_ddp_reports_both_sides_and_their_communication() {
     assert_eq!(r["pytorch_backend"], "gloo", "{r}");
     assert_eq!(r["allreduce"], "mpi", "{r}");
     assert_eq!(r["rounds"].as_array().map(Vec::len), Some(1), "{r}");
+    let overlap = num("lsgd_samples_per_s") / num("lsgd_sequential_samples_per_s");
+    assert!(
+        (num("overlap_ratio") - overlap).abs() <= 1e-12 * overlap,
+        "{r}"
+    );
 }

@@ -2,7 +2,9 @@
 //! against the same job as PyTorch's `DistributedDataParallel` over gloo under
 //! `torchrun --nproc_per_node N`: same model, data, global batch and its split across ranks,
 //! threads per rank, SGD (momentum 0.9, weight decay 1e-4, label smoothing 0.1, LR 0.1) and
-//! gradient bucket cap. Both sides also report their communication time per step.
+//! gradient bucket cap. Both sides also report their communication time per step, and
+//! lsgd-host also runs with `--no-overlap`, so that what the overlapped exchange costs or buys
+//! on shared memory is a ratio from the same invocation.
 //!
 //! Both sides run in this one invocation, alternating, so the printed ratio compares like with
 //! like on whatever machine runs it.
@@ -101,6 +103,12 @@ pub struct Report {
     pub pytorch_threads: usize,
     /// samples/s of each round: [lsgd-host, PyTorch].
     pub rounds: Vec<[f64; 2]>,
+    /// lsgd-host with `--no-overlap` (the exchange after the backward pass), samples/s.
+    pub lsgd_sequential_samples_per_s: f64,
+    /// lsgd-host overlapped / sequential.
+    pub overlap_ratio: f64,
+    /// samples/s of each round with `--no-overlap`.
+    pub sequential_rounds: Vec<f64>,
 }
 
 /// One torchrun DDP run, as rank 0 printed it.
@@ -154,16 +162,19 @@ pub fn run(setup: &Setup) -> Result<Report> {
     let out = scratch.0.join("run");
     // Rounds alternate the two sides, so a load that drifts over minutes (a shared machine)
     // touches each alike; the medians are reported.
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let (mut ours, mut theirs, mut sequential) = (Vec::new(), Vec::new(), Vec::new());
     let rounds = setup.rounds.max(1);
     for round in 1..=rounds {
         eprintln!(
-            "round {round}/{rounds}: mpirun -np {} lsgd-host run, torchrun DDP …",
+            "round {round}/{rounds}: mpirun -np {} lsgd-host run, with --no-overlap, torchrun \
+             DDP …",
             setup.np
         );
-        ours.push(lsgd(setup, &out)?);
+        ours.push(lsgd(setup, &out, true)?);
+        sequential.push(lsgd(setup, &out, false)?.samples_per_s);
         theirs.push(pytorch(setup, &script)?);
     }
+    let sequential_sps = median(sequential.iter().copied());
     let last = theirs.last().expect("at least one round");
     let (ours_sps, theirs_sps) = (
         median(ours.iter().map(|t| t.samples_per_s)),
@@ -190,6 +201,9 @@ pub fn run(setup: &Setup) -> Result<Report> {
             .zip(&theirs)
             .map(|(o, t)| [o.samples_per_s, t.samples_per_s])
             .collect(),
+        lsgd_sequential_samples_per_s: sequential_sps,
+        overlap_ratio: ours_sps / sequential_sps,
+        sequential_rounds: sequential,
     })
 }
 
@@ -252,8 +266,9 @@ fn run_flags(setup: &Setup, out: &Path) -> Vec<String> {
     flags
 }
 
-/// `mpirun -np N lsgd-host run …` and rank 0's timed steps.
-fn lsgd(setup: &Setup, out: &Path) -> Result<TimedSteps> {
+/// `mpirun -np N lsgd-host run …`, with `--overlap` or `--no-overlap`, and rank 0's timed
+/// steps.
+fn lsgd(setup: &Setup, out: &Path, overlap: bool) -> Result<TimedSteps> {
     let _ = std::fs::remove_dir_all(out);
     let exe = std::env::current_exe().context("cannot locate the lsgd-host binary")?;
     let output = Command::new("mpirun")
@@ -263,6 +278,7 @@ fn lsgd(setup: &Setup, out: &Path) -> Result<TimedSteps> {
         .arg(&exe)
         .arg("run")
         .args(run_flags(setup, out))
+        .arg(if overlap { "--overlap" } else { "--no-overlap" })
         // Open MPI refuses to start as root without these; they change nothing for others.
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -360,10 +376,11 @@ pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<
         setup.warmup,
         r.rounds.len()
     )?;
-    for (i, [ours, theirs]) in r.rounds.iter().enumerate() {
+    for (i, ([ours, theirs], sequential)) in r.rounds.iter().zip(&r.sequential_rounds).enumerate() {
         writeln!(
             out,
-            "  round {}: lsgd-host {ours:.1}, PyTorch DDP {theirs:.1} samples/s",
+            "  round {}: lsgd-host {ours:.1} (--no-overlap {sequential:.1}), PyTorch DDP \
+             {theirs:.1} samples/s",
             i + 1
         )?;
     }
@@ -383,6 +400,11 @@ pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<
         r.pytorch_samples_per_s
     )?;
     writeln!(out, "  {:<w$} {:>9.3}×   (goal >= 1.0×)", "ratio", r.ratio)?;
+    writeln!(
+        out,
+        "  lsgd-host --no-overlap {:.1} samples/s: overlapped / not {:.3}× (goal >= 0.97×)",
+        r.lsgd_sequential_samples_per_s, r.overlap_ratio
+    )?;
     writeln!(
         out,
         "  lsgd-host per step: {:.1} ms, compute {:.1} ms, communication {:.2} ms of which \
