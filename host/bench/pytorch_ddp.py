@@ -75,7 +75,9 @@ def exit_ranks():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
-    ap.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
+    ap.add_argument("--dataset", choices=["fashion-mnist", "cifar10"], default="fashion-mnist")
+    ap.add_argument("--model", choices=["cnn", "mlp", "wide-mlp", "resnet"], default="cnn")
+    ap.add_argument("--depth", type=int, default=20)
     ap.add_argument("--global-batch", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=40)
@@ -100,7 +102,7 @@ def main():
     # and the same sample order, from which each rank cuts its own shard.
     torch.manual_seed(a.seed)
 
-    x, mean, std, y, model = load(a.data, "fashion-mnist", a.model, 20)
+    x, mean, std, y, model = load(a.data, a.dataset, a.model, a.depth)
     # Standardised once: the timed steps are the exchange's, not the data's.
     x = (x - mean) / std
     # lsgd-host keeps each rank's BatchNorm running statistics to itself, so DDP does not

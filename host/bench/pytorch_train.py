@@ -49,6 +49,17 @@ def mlp(classes):
                          nn.Linear(256, classes))
 
 
+def wide_mlp(classes, widths=(4096, 4096, 1536)):
+    """An MLP whose gradient fills several 25 MiB buckets (26.3 M parameters, 105 MB): the
+    overlap lab's (`scripts/bench-overlap.sh`), which gives lsgd-host the same module as a
+    TorchScript file."""
+    layers, inputs = [nn.Flatten()], 784
+    for w in widths:
+        layers += [nn.Linear(inputs, w), nn.ReLU()]
+        inputs = w
+    return nn.Sequential(*layers, nn.Linear(inputs, classes))
+
+
 class Block(nn.Module):
     """lsgd-host's ResNet basic block (crates/train/src/model/resnet.rs), option A shortcut."""
 
@@ -107,6 +118,7 @@ def load(data_dir, dataset, model, depth):
     std = x.std(dim=(0, 2, 3), keepdim=True)
     c, h = x.shape[1], x.shape[2]
     net = {"cnn": lambda: cnn(classes), "mlp": lambda: mlp(classes),
+           "wide-mlp": lambda: wide_mlp(classes),
            "resnet": lambda: resnet(c, classes, depth)}[model]()
     if model != "resnet" and (c, h) != (1, 28):
         raise SystemExit(f"the script's {model} is for 1×28×28 images")
