@@ -12,7 +12,7 @@ Each configuration runs once per round, the rounds interleaved (a slow minute on
 machine then falls on every configuration alike); each figure is the median over the rounds.
 
 Usage: python3 bench-overlap.py LSGD_BIN OUT [--rates 1gbit,100mbit] [--models cnn,resnet20,wide-mlp]
-                                [--ddp-buckets 1,5,25,100] [--rounds 3]
+                                [--ddp-buckets 1,5,25,100] [--rounds 3] [--steps 5,30]
 Needs root (the lab), the venv's full torch and the release binary; the .sh builds them.
 """
 import argparse
@@ -51,11 +51,11 @@ def sh(*args, **kw):
     return subprocess.run([str(a) for a in args], check=True, **kw)
 
 
-def fixtures(out):
-    """3×32×32 images in CIFAR-10's binary layout (random pixels and labels: the lab times
-    steps, it does not learn) and the wide MLP as a TorchScript file."""
+def fixtures(out, models):
+    """What `models` need: 3×32×32 images in CIFAR-10's binary layout (random pixels and
+    labels: the lab times steps, it does not learn), the wide MLP as a TorchScript file."""
     cifar = out / "cifar10"
-    if not (cifar / "test_batch.bin").exists():
+    if "resnet20" in models and not (cifar / "test_batch.bin").exists():
         cifar.mkdir(parents=True, exist_ok=True)
         import random
         rng = random.Random(0)
@@ -66,7 +66,7 @@ def fixtures(out):
                 records += rng.randbytes(3072)
             (cifar / name).write_bytes(bytes(records))
     wide = out / "wide-mlp.pt"
-    if not wide.exists():
+    if "wide-mlp" in models and not wide.exists():
         sh(sys.executable, "-c", f"""
 import sys, torch
 sys.path.insert(0, {str(DDP.parent)!r})
@@ -81,9 +81,9 @@ def fill(flags, paths):
     return [f.format(**paths) for f in flags]
 
 
-def ours(lsgd, model, paths, run_dir, overlap):
+def ours(lsgd, model, paths, run_dir, overlap, steps):
     """`lsgd-host run` on h1 and h2 and the means of rank 0's timed steps."""
-    warmup, steps = MODELS[model]["steps"]
+    warmup, steps = steps
     flags = fill(MODELS[model]["ours"], paths) + [
         "--global-batch", GLOBAL_BATCH, "--max-micro-batch", GLOBAL_BATCH, "--max-batch", GLOBAL_BATCH,
         "--reference-batch", GLOBAL_BATCH, "--base-lr", LR, "--momentum", "0.9",
@@ -113,9 +113,11 @@ def ours(lsgd, model, paths, run_dir, overlap):
     }
 
 
-def ddp(python, model, paths, bucket_mb):
+def ddp(python, model, paths, bucket_mb, steps):
     """pytorch_ddp.py as rank 0 on h1 and rank 1 on h2 (gloo over the lab's links)."""
-    warmup, steps = MODELS[model]["steps"]
+    warmup, steps = steps
+    # h1's address on the lab's subnet (netlab.sh's NETLAB_NET).
+    master = os.environ.get("NETLAB_NET", "10.77.0") + ".1"
     args = fill(MODELS[model]["ddp"], paths)
     if "--data" not in args:
         args += ["--data", FASHION]
@@ -123,12 +125,18 @@ def ddp(python, model, paths, bucket_mb):
              "--lr", LR, "--weight-decay", WEIGHT_DECAY, "--epsilon", EPSILON, "--bucket-mb", bucket_mb]
     procs = []
     for rank in (0, 1):
-        env = ["env", "MASTER_ADDR=10.77.0.1", "MASTER_PORT=29577", f"RANK={rank}", "WORLD_SIZE=2",
+        env = ["env", f"MASTER_ADDR={master}", "MASTER_PORT=29577", f"RANK={rank}", "WORLD_SIZE=2",
                "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", "PYTHONWARNINGS=ignore::UserWarning"]
         procs.append(subprocess.Popen(
             ["bash", str(NETLAB), "exec", f"h{rank + 1}", "--", *env, python, str(DDP), *map(str, args)],
             stdout=subprocess.PIPE, text=True))
-    outs = [p.communicate()[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=1800)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        # A rank that failed leaves the other waiting for it in gloo.
+        for p in procs:
+            p.kill()
+        raise SystemExit("pytorch_ddp.py did not finish within 30 minutes")
     if any(p.returncode for p in procs):
         raise SystemExit(f"pytorch_ddp.py failed: {outs}")
     line = next(l for l in reversed(outs[0].splitlines()) if l.startswith("{"))
@@ -152,24 +160,26 @@ def main():
     ap.add_argument("--models", default="cnn,resnet20,wide-mlp")
     ap.add_argument("--ddp-buckets", help="the caps to try for every model (default: per model)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", help="WARMUP,TIMED for every model (default: per model)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    paths = fixtures(a.out)
+    paths = fixtures(a.out, a.models.split(","))
     results = a.out / "results.jsonl"
     rows = []
     for rate in a.rates.split(","):
         sh("bash", NETLAB, "up", "2", "--rate", rate, stdout=subprocess.DEVNULL)
         for model in a.models.split(","):
             caps = a.ddp_buckets.split(",") if a.ddp_buckets else [str(c) for c in MODELS[model]["buckets"]]
+            steps = tuple(map(int, a.steps.split(","))) if a.steps else MODELS[model]["steps"]
             runs = {}
             for _ in range(a.rounds):
                 for overlap in (False, True):
                     key = "overlap" if overlap else "sequential"
-                    r = ours(a.lsgd, model, paths, a.out / f"run-{rate}-{model}-{key}", overlap)
+                    r = ours(a.lsgd, model, paths, a.out / f"run-{rate}-{model}-{key}", overlap, steps)
                     runs.setdefault(key, []).append(r)
                     print(f"{rate} {model} lsgd-host {key}: {r}", file=sys.stderr, flush=True)
                 for mb in caps:
-                    r = ddp(sys.executable, model, paths, float(mb))
+                    r = ddp(sys.executable, model, paths, float(mb), steps)
                     runs.setdefault(mb, []).append(r)
                     print(f"{rate} {model} DDP {mb} MiB: {r}", file=sys.stderr, flush=True)
             row = {"rate": rate, "model": model, "rounds": runs,

@@ -457,6 +457,49 @@ fn the_network_study_brings_the_lab_up_calibrates_it_and_reports_time_to_accurac
     assert!(out.join("accuracy-vs-time.png").exists());
 }
 
+/// The overlap lab's driver (`scripts/bench-overlap.sh` runs it) in its quickest form: the cnn
+/// at 1 Gbit/s, one round of a few steps, DDP at one bucket cap. Its table has the row, and its
+/// results every configuration's figures, the sequential step hiding nothing.
+#[test]
+fn the_overlap_lab_times_both_steps_and_ddp_and_prints_its_table() {
+    let Some(lab) = Lab::up(1, &[]) else {
+        return;
+    };
+    let py = venv_python();
+    let torch = Command::new(&py).args(["-c", "import torch"]).output();
+    if !torch.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: {} cannot import torch", py.display());
+        return;
+    }
+    let out = scratch("netlab-overlap");
+    let o = Command::new(&py)
+        .arg(root().join("scripts/bench-overlap.py"))
+        .arg(env!("CARGO_BIN_EXE_lsgd-host"))
+        .arg(&out)
+        .args(["--rates", "1gbit", "--models", "cnn", "--ddp-buckets", "25"])
+        .args(["--rounds", "1", "--steps", "1,3"])
+        .env("NETLAB_NAME", "lsgdtest")
+        .env("NETLAB_NET", "10.79.0")
+        .env("LSGD_PLUGIN_PATH", plugin_path("warmup").parent().unwrap())
+        .env("LSGD_CACHE_DIR", scratch_cache())
+        .env("OMPI_MCA_btl_tcp_sndbuf", "0") // as `Lab::command`'s, and for its reason
+        .output()
+        .unwrap();
+    drop(lab);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let table = stdout(&o);
+    assert!(table.contains("| 1gbit | cnn | "), "{table}");
+    let results = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let row: serde_json::Value = serde_json::from_str(results.lines().next().unwrap()).unwrap();
+    for side in [&row["sequential"], &row["overlap"], &row["ddp"]["25"]] {
+        let sps = side["samples_per_s"].as_f64().unwrap_or(0.0);
+        assert!(sps > 0.0, "{row}");
+    }
+    assert_eq!(row["ddp"]["25"]["world_size"], 2, "{row}");
+    assert_eq!(row["sequential"]["hidden_s"], 0.0, "{row}");
+    assert!(row["sequential"]["backward_s"].as_f64().unwrap() > 0.0, "{row}");
+}
+
 /// Steps of [`tolerant_job`]: 2 epochs of 6000 samples at global batch 96.
 const TOLERANT_STEPS: u64 = 125;
 
