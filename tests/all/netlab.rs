@@ -497,7 +497,10 @@ fn the_overlap_lab_times_both_steps_and_ddp_and_prints_its_table() {
     }
     assert_eq!(row["ddp"]["25"]["world_size"], 2, "{row}");
     assert_eq!(row["sequential"]["hidden_s"], 0.0, "{row}");
-    assert!(row["sequential"]["backward_s"].as_f64().unwrap() > 0.0, "{row}");
+    assert!(
+        row["sequential"]["backward_s"].as_f64().unwrap() > 0.0,
+        "{row}"
+    );
 }
 
 /// Steps of [`tolerant_job`]: 2 epochs of 6000 samples at global batch 96.
