@@ -26,7 +26,7 @@ pub struct Variant {
     pub codec: Option<&'static str>,
     /// `--error-feedback`.
     pub feedback: ErrorFeedback,
-    /// `--overlap` (the default) or `--no-overlap`.
+    /// `--overlap` or `--no-overlap`.
     pub overlap: bool,
 }
 
@@ -134,9 +134,14 @@ impl Plan {
             "--set".into(),
             "schedule.milestones=".into(),
         ]);
-        if !v.overlap {
-            args.push("--no-overlap".into());
-        }
+        args.push(
+            if v.overlap {
+                "--overlap"
+            } else {
+                "--no-overlap"
+            }
+            .into(),
+        );
         let name = match v.codec {
             Some(c) => {
                 args.extend(["--codec".into(), c.into()]);
@@ -441,7 +446,7 @@ fn setup_text(plan: &Plan, ranks: u32) -> String {
          Fashion-MNIST training images for {} epochs at global batch {} (LR 0.1 per 256, \
          warmup over half an epoch, no decay), evaluated on {} test images after every epoch; \
          the fp32 rows use the ring all-reduce. Every row but the last exchanges each bucket \
-         as soon as the backward pass has produced it (`--overlap`, the default); the last \
+         as soon as the backward pass has produced it (`--overlap`); the last \
          exchanges after the backward pass. Step time is rank 0's mean; compute is its \
          forward and backward passes and the update, communication the time inside MPI \
          calls (waiting for the other rank included), and of that the exposed part what the \
