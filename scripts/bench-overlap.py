@@ -18,6 +18,7 @@ Needs root (the lab), the venv's full torch and the release binary; the .sh buil
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -145,11 +146,8 @@ def ddp(python, model, paths, bucket_mb, steps):
 
 def median(runs):
     """Per key, the median over the rounds (of the numbers)."""
-    def mid(xs):
-        xs = sorted(xs)
-        n = len(xs)
-        return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-    return {k: mid([r[k] for r in runs]) for k, v in runs[0].items() if isinstance(v, (int, float))}
+    return {k: statistics.median(r[k] for r in runs)
+            for k, v in runs[0].items() if isinstance(v, (int, float))}
 
 
 def main():

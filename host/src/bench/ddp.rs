@@ -68,7 +68,7 @@ pub struct Setup {
 /// The measurements; every figure is the median over the rounds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    /// mpirun lsgd-host run, samples/s over the timed steps.
+    /// mpirun lsgd-host run --overlap, samples/s over the timed steps.
     pub lsgd_samples_per_s: f64,
     /// torchrun DDP, samples/s over the timed steps.
     pub pytorch_samples_per_s: f64,
@@ -84,7 +84,7 @@ pub struct Report {
     /// and the loss agreement.
     pub lsgd_communication_ms: f64,
     /// Of that, what the step waited for (rank 0), ms: the rest ran behind the backward pass
-    /// (`--overlap`, the default).
+    /// (`--overlap`).
     pub lsgd_exposed_communication_ms: f64,
     /// Mean wall time of a DDP step, ms.
     pub pytorch_step_ms: f64,
@@ -385,7 +385,7 @@ pub fn print(setup: &Setup, r: &Report, mut out: impl Write) -> std::io::Result<
         )?;
     }
     let ours = format!(
-        "mpirun -np {} lsgd-host run (--allreduce {})",
+        "mpirun -np {} lsgd-host run (--overlap, --allreduce {})",
         setup.np, r.allreduce
     );
     let theirs = format!(
