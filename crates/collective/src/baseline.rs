@@ -1,4 +1,5 @@
-//! MPI_Allreduce, the baseline every other algorithm is measured against.
+//! MPI_Allreduce, the baseline every other algorithm is measured against, started as
+//! MPI_Iallreduce so that the rank waits for it as for every other algorithm (`wait`).
 //!
 //! rsmpi 0.8.2 has no `MPI_IN_PLACE`, so the input is copied to a scratch buffer first (a
 //! memcpy, small next to the reduction itself).
@@ -17,6 +18,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
 use super::chunks::Format;
+use super::wait::finish;
 
 /// In-place MPI_Allreduce (sum) over `comm`. Returns the bandwidth lower bound of bytes sent,
 /// 2((p−1)/p)·n elements, since MPI does not say what it sent.
@@ -28,13 +30,19 @@ pub fn all_reduce<E: Format>(
     let p = comm.size() as u64;
     scratch.clear();
     scratch.extend_from_slice(buf);
+    // Nonblocking, so that `wait::finish` decides how to wait.
     if E::MPI_SUM {
-        comm.all_reduce_into(&scratch[..], buf, SystemOperation::sum());
+        let op = SystemOperation::sum();
+        mpi::request::scope(|scope| {
+            finish(comm.immediate_all_reduce_into(scope, &scratch[..], buf, op));
+        });
     } else {
         // SAFETY: `sum::<E>` reads and writes `len` values of `E::Stored`, the element type of
         // both buffers of this one call, and cannot panic.
         let op = unsafe { UnsafeUserOperation::commutative(sum::<E>) };
-        comm.all_reduce_into(&scratch[..], buf, &op);
+        mpi::request::scope(|scope| {
+            finish(comm.immediate_all_reduce_into(scope, &scratch[..], buf, &op));
+        });
     }
     2 * (p - 1) * size_of_val(buf) as u64 / p
 }

@@ -133,7 +133,7 @@ pub fn all_reduce<E: Format>(
             .process_at_rank(to as i32)
             .immediate_send(scope, outgoing);
         sent += size_of_val(outgoing) as u64 + cube.all_gather(comm, buf);
-        request.wait();
+        crate::wait::finish(request);
     });
     sent
 }

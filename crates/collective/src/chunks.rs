@@ -15,9 +15,7 @@ use std::ops::Range;
 
 use lsgd_codec::{Element, wire};
 use mpi::datatype::Equivalence;
-use mpi::point_to_point as p2p;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::*;
 
 /// A number format the algorithms sum in: what a buffer stores and how two elements add.
 pub trait Format {
@@ -153,12 +151,7 @@ pub fn exchange<T: Equivalence>(
     recv: &mut [T],
 ) -> u64 {
     crate::watchdog::progress(comm, from);
-    p2p::send_receive_into(
-        send,
-        &comm.process_at_rank(to as i32),
-        recv,
-        &comm.process_at_rank(from as i32),
-    );
+    crate::wait::send_receive(comm, to, send, from, recv);
     size_of_val(send) as u64
 }
 

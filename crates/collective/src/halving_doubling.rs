@@ -173,14 +173,14 @@ pub fn all_reduce<E: Format>(
 /// Sends all of `buf` to rank `to` of `comm` (blocking); returns the bytes sent.
 pub fn send<T: Equivalence>(comm: &SimpleCommunicator, to: usize, buf: &[T]) -> u64 {
     crate::watchdog::progress(comm, to);
-    comm.process_at_rank(to as i32).send(buf);
+    crate::wait::send(comm, to, buf);
     size_of_val(buf) as u64
 }
 
 /// Receives exactly `buf.len()` elements from rank `from` of `comm` into `buf` (blocking).
 pub fn receive<T: Equivalence>(comm: &SimpleCommunicator, from: usize, buf: &mut [T]) {
     crate::watchdog::progress(comm, from);
-    comm.process_at_rank(from as i32).receive_into(buf);
+    crate::wait::receive(comm, from, buf);
 }
 
 #[cfg(test)]

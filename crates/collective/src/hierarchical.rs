@@ -16,7 +16,7 @@ use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 
 use super::chunks::{Format, chunk};
-use super::{Error, Result, ring, watchdog};
+use super::{Error, Result, ring, wait, watchdog};
 
 /// The world rank of each rank of `comm`, whose rank in the world is `world_rank` (a
 /// collective over `comm`, once per sub-communicator: the watchdog names world ranks).
@@ -104,14 +104,12 @@ impl Nodes {
                 for from in 1..k {
                     let piece = chunk(n, k, ring::owned_chunk(from, k));
                     watchdog::progress(&self.node, from);
-                    self.node
-                        .process_at_rank(from as i32)
-                        .receive_into(&mut buf[piece]);
+                    wait::receive(&self.node, from, &mut buf[piece]);
                 }
             } else {
                 let piece = chunk(n, k, ring::owned_chunk(lr, k));
                 watchdog::progress(&self.node, 0);
-                self.node.process_at_rank(0).send(&buf[piece.clone()]);
+                wait::send(&self.node, 0, &buf[piece.clone()]);
                 sent += size_of_val(&buf[piece]) as u64;
             }
         }

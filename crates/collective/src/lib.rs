@@ -27,6 +27,8 @@
 //! - [`survive`]: a rank lost on purpose mid-run and the survivors' sums checked (fault tolerance);
 //! - [`watchdog`]: ends a rank stuck in one collective past `--collective-timeout`, naming the
 //!   rank and host it waits on, instead of hanging the job;
+//! - `wait`: how a rank waits for its messages, spinning only while no thread of it computes
+//!   ([`Computing`], the overlapped backward pass);
 //! - [`ulfm`]: `--fault-tolerance`, MPI's ULFM: a collective that loses a rank reports it, and
 //!   the survivors agree, shrink and go on ([`World::init_tolerant`], [`World::agree`],
 //!   [`World::shrink`]).
@@ -47,6 +49,7 @@ pub mod selftest;
 pub mod survive;
 pub mod torus;
 pub mod ulfm;
+mod wait;
 pub mod watchdog;
 mod world;
 
@@ -59,6 +62,7 @@ use serde::{Deserialize, Serialize};
 pub use error::{Error, Result};
 /// The element formats of summed payloads and 16-bit all-reduces (binary32, binary16, bfloat16).
 pub use lsgd_codec::Element;
+pub use wait::Computing;
 pub use world::{Agreement, LostRank, Shrunk, World};
 
 /// An all-reduce algorithm (`--allreduce`).

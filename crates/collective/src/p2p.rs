@@ -6,7 +6,7 @@
 //! MPI's blocking calls spin on a core, and a server that mostly waits would take a core from
 //! the workers that share the machine with it.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mpi::datatype::Equivalence;
 use mpi::traits::{Communicator, Destination, Source};
@@ -14,10 +14,6 @@ use mpi::traits::{Communicator, Destination, Source};
 use crate::watchdog::{self, Op};
 use crate::world::Mpi;
 use crate::{Error, Result, Traffic, World};
-
-/// The pause between two polls of [`World::wait_any`]: short against a training step
-/// (milliseconds), long enough that a waiting rank uses almost no CPU.
-const POLL: Duration = Duration::from_micros(50);
 
 impl World {
     fn peer(&self, rank: usize) -> Result<&Mpi> {
@@ -69,7 +65,7 @@ impl World {
                     return Ok(*r);
                 }
             }
-            std::thread::sleep(POLL);
+            std::thread::sleep(crate::wait::POLL);
         }
     }
 }

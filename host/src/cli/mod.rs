@@ -136,6 +136,8 @@ fn refuse_repeated_flags() {
 
 /// Parses the command line, runs it and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
+    // Before MPI, libtorch or a loader starts a thread (see `tune_malloc`).
+    crate::train::tune_malloc();
     let outcome = parse().and_then(|cli| match cli.command {
         Command::Run(a) => run::run(*a).map(|()| true),
         Command::Launch(a) => launch::run(a),

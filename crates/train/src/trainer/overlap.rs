@@ -1,11 +1,12 @@
-//! The overlapped step (`--overlap`, the default where the settings allow): phases 3 and 4
-//! together. The last micro-batch's backward pass runs on a thread of its own while this
-//! thread, the one that makes every MPI call (`MPI_THREAD_FUNNELED`), exchanges each bucket as
-//! soon as the gradient-ready hooks report its gradients, in the layout's order on every rank;
-//! the update waits for the last bucket. Earlier micro-batches only accumulate (DDP's
-//! `no_sync`). Keeping the world, the codec plugin and the exchange's state on this thread and
-//! moving only the loss tensor to the other is why the backward pass, not the exchange, is the
-//! one that moves.
+//! The overlapped step (`--overlap`): phases 3 and 4 together. The last micro-batch's backward
+//! pass runs on a thread of its own while this thread, the one that makes every MPI call
+//! (`MPI_THREAD_FUNNELED`), exchanges each bucket as soon as the gradient-ready hooks report
+//! its gradients, in the layout's order on every rank; the update waits for the last bucket.
+//! Earlier micro-batches only accumulate (DDP's `no_sync`). Keeping the world, the codec plugin
+//! and the exchange's state on this thread and moving only the loss tensor to the other is why
+//! the backward pass, not the exchange, is the one that moves. While it computes, this thread's
+//! waits for messages sleep instead of spinning ([`lsgd_collective::Computing`]), so that they
+//! leave it the core.
 //!
 //! At start-up one backward pass records the order gradients become ready in
 //! ([`Overlap::record`]), agreed across ranks; the bucket layout follows it whether or not the
@@ -125,7 +126,9 @@ impl Trainer<'_> {
             let worker = computed.as_ref().ok().map(|l| {
                 let (loss, gate) = (l.shallow_clone(), gate.clone());
                 s.spawn(move || {
+                    let computing = lsgd_collective::Computing::begin();
                     let done = loss.f_backward();
+                    drop(computing);
                     gate.finish();
                     done
                 })
