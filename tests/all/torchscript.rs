@@ -384,8 +384,8 @@ fn a_scripted_model_overlaps_and_ends_as_without_overlap() {
 
 /// A model whose gradients become ready in another order on another rank (here: by the data
 /// each rank records the order on) cannot overlap, since every rank must exchange the same
-/// buckets in the same order: `--overlap` refuses it at the start with the tensors named, and
-/// without it the model trains.
+/// buckets in the same order: the start refuses it with the tensors named, and with
+/// `--no-overlap` it trains.
 #[test]
 fn gradients_ready_in_another_order_on_a_rank_are_refused_with_their_names() {
     if no_mpirun() {
@@ -395,7 +395,7 @@ fn gradients_ready_in_another_order_on_a_rank_are_refused_with_their_names() {
         return;
     };
     let out = scratch("torchscript-order-overlap");
-    let o = script_ranks(2, "swaps.pt", &dir, &out, &["--overlap"]);
+    let o = script_ranks(2, "swaps.pt", &dir, &out, &[]);
     let err = stderr(&o);
     assert!(!o.status.success(), "{err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -405,9 +405,9 @@ fn gradients_ready_in_another_order_on_a_rank_are_refused_with_their_names() {
         err.contains("gradients became ready in another order on rank 1 than on rank 0: at position 0, rank 0 had `aux.bias` and rank 1 `fc.bias`"),
         "{err}"
     );
-    assert!(err.contains("drop --overlap"), "{err}");
+    assert!(err.contains("use --no-overlap"), "{err}");
     let out = scratch("torchscript-order-sequential");
-    let o = script_ranks(2, "swaps.pt", &dir, &out, &[]);
+    let o = script_ranks(2, "swaps.pt", &dir, &out, &["--no-overlap"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(steps(&out).len(), 4);
 }

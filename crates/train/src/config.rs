@@ -201,7 +201,7 @@ pub struct Invocation {
     #[serde(default)]
     pub save_model: Option<PathBuf>,
     /// `--overlap` (true) or `--no-overlap` (false): whether buckets move while the backward
-    /// pass runs; unset, they do not ([`TrainConfig::overlaps`]).
+    /// pass runs; unset, they do wherever the other settings allow ([`TrainConfig::overlaps`]).
     /// Either way a run ends with the same weights.
     #[serde(default)]
     pub overlap: Option<bool>,
@@ -298,14 +298,12 @@ impl TrainConfig {
         }
     }
 
-    /// Whether the step exchanges buckets while the backward pass runs: with `--overlap` (which
-    /// [`TrainConfig::overlap_refused`]'s settings refuse). Not by default yet: with every rank
-    /// on one host the exchange is a copy in shared memory that takes its time from the
-    /// backward pass on the same cores (`bench ddp`, 2 ranks on 2 cores: 0.89× the sequential
-    /// step), and a default chosen by the ranks' hosts must also reach a replacement that joins
-    /// mid-run, which cannot ask the survivors.
+    /// Whether the step exchanges buckets while the backward pass runs: unless `--no-overlap`
+    /// or [`TrainConfig::overlap_refused`]. The same on every rank, since it follows the
+    /// settings alone (the two steps make their collectives in a different order), a
+    /// replacement's that joins mid-run included.
     pub fn overlaps(&self) -> bool {
-        self.invocation.overlap == Some(true) && self.overlap_refused().is_none()
+        self.invocation.overlap != Some(false) && self.overlap_refused().is_none()
     }
 }
 

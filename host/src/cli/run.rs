@@ -211,12 +211,12 @@ pub struct RunArgs {
     /// first, as DDP's, at most 1 MiB), laid out in the order the backward pass makes them.
     #[arg(long, default_value_t = 25.0, value_name = "MIB")]
     bucket_mb: f64,
-    /// Exchange each bucket while the backward pass computes the rest, as DDP does (not with
-    /// --precision fp16, --local-clip-norm or --mode async): across hosts on a network; on one
-    /// host it takes the backward pass's cores. The weights end the same either way.
+    /// Exchange each bucket while the backward pass computes the rest, as DDP does (the
+    /// default wherever the settings allow: not with --precision fp16, --local-clip-norm or
+    /// --mode async). The weights end the same either way.
     #[arg(long, overrides_with = "no_overlap")]
     overlap: bool,
-    /// Exchange the gradients after the backward pass (the default).
+    /// Exchange the gradients after the backward pass.
     #[arg(long, overrides_with = "overlap")]
     no_overlap: bool,
     /// Every N steps, check that all ranks hold bit-identical weights and policy outputs

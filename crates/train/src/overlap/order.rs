@@ -42,7 +42,7 @@ pub fn disagreement(orders: &[Vec<usize>], names: &[String]) -> Option<String> {
             "gradients became ready in another order on rank {rank} than on rank 0: at position \
              {at}, rank 0 had {} and rank {rank} {} (a backward pass that depends on the rank's \
              data or state); every rank must exchange the same buckets in the same order, so \
-             overlap cannot run this model: drop --overlap",
+             overlap cannot run this model: use --no-overlap",
             name(first.get(at)),
             name(order.get(at)),
         ));
@@ -109,7 +109,7 @@ mod tests {
             ),
             "{m}"
         );
-        assert!(m.ends_with("drop --overlap"), "{m}");
+        assert!(m.ends_with("use --no-overlap"), "{m}");
         let shorter = vec![vec![1, 0], vec![1]];
         let m = disagreement(&shorter, &names(2)).unwrap();
         assert!(m.contains("rank 0 had `t0` and rank 1 nothing"), "{m}");
