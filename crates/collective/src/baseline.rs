@@ -1,5 +1,9 @@
 //! MPI_Allreduce, the baseline every other algorithm is measured against, started as
-//! MPI_Iallreduce so that the rank waits for it as for every other algorithm (`wait`).
+//! MPI_Iallreduce so that the rank waits for it as for every other algorithm (`wait`). Not
+//! under ULFM (`--fault-tolerance`): there Open MPI's nonblocking collectives (libnbc) abort
+//! their schedule on a lost rank (error 75) instead of reporting the failure as the blocking
+//! MPI_Allreduce does on every survivor, which left the survivors disagreeing on who was lost
+//! (the lab's grow-back test); so a tolerant world calls MPI_Allreduce.
 //!
 //! rsmpi 0.8.2 has no `MPI_IN_PLACE`, so the input is copied to a scratch buffer first (a
 //! memcpy, small next to the reduction itself).
@@ -20,31 +24,45 @@ use mpi::traits::*;
 use super::chunks::Format;
 use super::wait::finish;
 
-/// In-place MPI_Allreduce (sum) over `comm`. Returns the bandwidth lower bound of bytes sent,
-/// 2((p−1)/p)·n elements, since MPI does not say what it sent.
+/// In-place MPI_Allreduce (sum) over `comm`, blocking when `tolerant` (see the module).
+/// Returns the bandwidth lower bound of bytes sent, 2((p−1)/p)·n elements, since MPI does not
+/// say what it sent.
 pub fn all_reduce<E: Format>(
     comm: &SimpleCommunicator,
     buf: &mut [E::Stored],
     scratch: &mut Vec<E::Stored>,
+    tolerant: bool,
 ) -> u64 {
     let p = comm.size() as u64;
     scratch.clear();
     scratch.extend_from_slice(buf);
-    // Nonblocking, so that `wait::finish` decides how to wait.
     if E::MPI_SUM {
-        let op = SystemOperation::sum();
-        mpi::request::scope(|scope| {
-            finish(comm.immediate_all_reduce_into(scope, &scratch[..], buf, op));
-        });
+        reduce(comm, &scratch[..], buf, SystemOperation::sum(), tolerant);
     } else {
         // SAFETY: `sum::<E>` reads and writes `len` values of `E::Stored`, the element type of
         // both buffers of this one call, and cannot panic.
         let op = unsafe { UnsafeUserOperation::commutative(sum::<E>) };
-        mpi::request::scope(|scope| {
-            finish(comm.immediate_all_reduce_into(scope, &scratch[..], buf, &op));
-        });
+        reduce(comm, &scratch[..], buf, &op, tolerant);
     }
     2 * (p - 1) * size_of_val(buf) as u64 / p
+}
+
+/// `recv` = the sum over `comm` of every rank's `send` under `op`: nonblocking and finished
+/// by `wait::finish`, or MPI_Allreduce when `blocking`.
+fn reduce<T: Equivalence, O: Operation>(
+    comm: &SimpleCommunicator,
+    send: &[T],
+    recv: &mut [T],
+    op: O,
+    blocking: bool,
+) {
+    if blocking {
+        comm.all_reduce_into(send, recv, op);
+    } else {
+        mpi::request::scope(|scope| {
+            finish(comm.immediate_all_reduce_into(scope, send, recv, op));
+        });
+    }
 }
 
 /// The MPI user function: `inout[i] = in[i] + inout[i]` in format `E`.

@@ -661,7 +661,7 @@ impl World {
         let _busy = watchdog::enter(Op::all_reduce(algo), m.sole_peer());
         let scratch = E::scratch(&mut m.scratch);
         let bytes_sent = match algo {
-            Algorithm::Mpi => baseline::all_reduce::<E>(&m.comm, buf, scratch),
+            Algorithm::Mpi => baseline::all_reduce::<E>(&m.comm, buf, scratch, tolerant),
             Algorithm::Ring => ring::all_reduce::<E>(&m.comm, buf, scratch),
             Algorithm::HalvingDoubling => halving_doubling::all_reduce::<E>(&m.comm, buf, scratch),
             Algorithm::BinaryBlocks => binary_blocks::all_reduce::<E>(&m.comm, buf, scratch),
