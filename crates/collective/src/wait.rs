@@ -5,9 +5,9 @@
 //! Open MPI's blocking calls spin: a rank that waits for its partner's bucket takes a whole
 //! core from the backward pass of the same process, which on a host whose cores all compute
 //! made the overlapped step slower than the sequential one. Every point-to-point step of the
-//! algorithms and MPI_Allreduce go through here, as nonblocking operations finished by
-//! [`finish`]; what the ranks send and sum does not depend on how they wait, so both ways end
-//! with the same bits.
+//! algorithms and MPI_Allreduce (outside ULFM, see `baseline`) go through here, as nonblocking
+//! operations finished by [`finish`]; what the ranks send and sum does not depend on how they
+//! wait, so both ways end with the same bits.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;

@@ -213,7 +213,8 @@ pub struct RunArgs {
     bucket_mb: f64,
     /// Exchange each bucket while the backward pass computes the rest, as DDP does (the
     /// default wherever the settings allow: not with --precision fp16, --local-clip-norm or
-    /// --mode async). The weights end the same either way.
+    /// --mode async, and with --fault-tolerance only if asked for). The weights end the same
+    /// either way.
     #[arg(long, overrides_with = "no_overlap")]
     overlap: bool,
     /// Exchange the gradients after the backward pass.
