@@ -116,18 +116,26 @@ pub fn device(choice: DeviceChoice) -> Result<Device> {
 /// every step, and with the defaults each one is a fresh mmap/munmap pair plus page faults;
 /// raised thresholds keep them in the heap for reuse, as PyTorch's allocator does for Python
 /// (`bench train` compares the two).
-///
-/// Only the main arena keeps its free memory up to that threshold (another thread's arena
-/// unmaps a heap once it empties), and the overlapped step's backward pass runs on a thread of
-/// its own: with glibc's default arenas the cnn's pass there took 44–50 ms against 37–40 with
-/// one arena (two ranks on shared memory). Hence one arena for every thread; the limit binds
-/// only threads that have none yet, so `lsgd-host` calls this before it starts any.
 pub fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator settings; it is safe to call at any time.
+    // SAFETY: mallopt only changes allocator thresholds; it is safe to call at any time.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
+}
+
+/// One malloc arena for every thread. Only the main arena keeps its free memory up to
+/// [`tune_malloc`]'s threshold (another thread's arena unmaps a heap once it empties), and the
+/// overlapped step's backward pass runs on a thread of its own: with glibc's default arenas
+/// the cnn's pass there took 44–50 ms against 37–40 with one arena (two ranks on shared
+/// memory). The limit binds only threads that have none yet, so `lsgd-host` calls this before
+/// it starts any, and not for `--fault-tolerance` (which does not overlap by default): with
+/// one arena the lab's grow-back test saw, under load, a survivor take a live rank for lost.
+pub fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator settings; it is safe to call at any time.
+    unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }

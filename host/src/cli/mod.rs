@@ -136,9 +136,26 @@ fn refuse_repeated_flags() {
 
 /// Parses the command line, runs it and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
-    // Before MPI, libtorch or a loader starts a thread (see `tune_malloc`).
-    crate::train::tune_malloc();
-    let outcome = parse().and_then(|cli| match cli.command {
+    let outcome = parse().and_then(|cli| {
+        // Before MPI, libtorch or a loader starts a thread (see `one_malloc_arena`).
+        if !matches!(&cli.command, Command::Run(a) if a.tolerant()) {
+            crate::train::one_malloc_arena();
+        }
+        run_command(cli)
+    });
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            print_error(&e);
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// Runs the parsed command; false when it ran and found what it checks failing.
+fn run_command(cli: Cli) -> anyhow::Result<bool> {
+    match cli.command {
         Command::Run(a) => run::run(*a).map(|()| true),
         Command::Launch(a) => launch::run(a),
         Command::Plot(a) => plot::run(a).map(|()| true),
@@ -150,14 +167,6 @@ pub fn main() -> ExitCode {
         Command::Simulate(a) => simulate::run(a).map(|()| true),
         Command::Study(a) => study::run(a).map(|()| true),
         Command::Selftest(a) => selftest::run(a),
-    });
-    match outcome {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            print_error(&e);
-            ExitCode::from(EXIT_ERROR)
-        }
     }
 }
 
