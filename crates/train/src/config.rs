@@ -300,10 +300,12 @@ impl TrainConfig {
 
     /// Whether the step exchanges buckets while the backward pass runs: unless `--no-overlap`
     /// or [`TrainConfig::overlap_refused`], and with `--fault-tolerance` only if asked for
-    /// (`--overlap`): under a loaded machine the lab's grow-back test saw a survivor take a
-    /// live rank for lost with the overlapped step, not yet understood. The same on every
-    /// rank, since it follows the settings alone (the two steps make their collectives in a
-    /// different order), a replacement's that joins mid-run included.
+    /// (`--overlap`): under load the lab's grow-back test saw a survivor take a live rank for
+    /// lost, with and without overlap; the suspect is the single malloc arena, which tolerant
+    /// runs now go without (`crate::one_malloc_arena`), so they keep the sequential step until
+    /// that is settled. The same on every rank, since it follows the settings alone (the two
+    /// steps make their collectives in a different order), a replacement's that joins mid-run
+    /// included.
     pub fn overlaps(&self) -> bool {
         let wanted = self
             .invocation

@@ -21,7 +21,7 @@
 //! and names the fault. `resume` continues a checkpoint, and `identity` is what a checkpoint
 //! records of each plugin.
 //!
-//! With `--overlap` phases 3 and 4 run together: the
+//! With `--overlap` (the default where the settings allow) phases 3 and 4 run together: the
 //! exchange moves each bucket while the backward pass computes the rest (trainer/overlap.rs).
 //!
 //! [`asynchronous`] is the other loop (`--mode async`): the same phases split between a

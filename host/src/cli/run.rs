@@ -34,9 +34,7 @@ impl RunArgs {
     pub fn tolerant(&self) -> bool {
         self.fault_tolerance
     }
-}
 
-impl RunArgs {
     /// The policies' fault handling the flags ask for.
     fn on_fault(&self) -> Result<OnFault> {
         Ok(match self.on_plugin_fault {
