@@ -63,6 +63,17 @@ fn lost_node(line: &str) -> Option<String> {
     node.split_whitespace().next().map(String::from)
 }
 
+/// PRRTE's notice of a daemon whose launch agent (ssh) ended with a failure while the job ran
+/// ("A daemon failed to report back after being spawned"), on mpirun's stdout. It names the
+/// host lines later: "  Remote host:   h3".
+const DAEMON_FAILED: &str = "A daemon failed to report back";
+
+/// The host of [`DAEMON_FAILED`]'s notice: "  Remote host:   h3".
+fn remote_host(line: &str) -> Option<String> {
+    let rest = line.trim_start().strip_prefix("Remote host:")?;
+    rest.split_whitespace().next().map(String::from)
+}
+
 /// The losses and lost hosts in words: "rank 1 (signal 9, Killed) and host(s) h2".
 pub(super) fn describe(losses: &[Loss], hosts: &[String]) -> String {
     let one = |l: &Loss| match &l.signal {
@@ -95,6 +106,8 @@ pub(super) struct Seen {
     pub(super) first_report: Option<Instant>,
     /// Hosts whose daemon Open MPI lost.
     nodes: Vec<String>,
+    /// [`DAEMON_FAILED`]'s notice began and has not named its host yet.
+    daemon_failed: bool,
 }
 
 impl Seen {
@@ -108,7 +121,10 @@ impl Seen {
             if !self.reports.iter().any(|o| o.rank == r.rank) {
                 self.reports.push(r);
             }
+        } else if line.contains(DAEMON_FAILED) {
+            self.daemon_failed = true;
         } else if let Some(n) = lost_node(line)
+            .or_else(|| remote_host(line).filter(|_| std::mem::take(&mut self.daemon_failed)))
             && !self.nodes.contains(&n)
         {
             self.nodes.push(n);
@@ -282,5 +298,27 @@ mod tests {
         assert_eq!(hosts, ["h3"]);
         let (losses, hosts) = lost(&seen(&["Primary job  terminated normally"]), 3);
         assert!(losses.is_empty() && hosts.is_empty());
+    }
+
+    #[test]
+    fn a_daemon_whose_agent_failed_is_a_lost_host() {
+        // What Open MPI 5.0.11's mpirun printed on its stdout, exiting 137, when the ssh agent
+        // of h3's daemon ended (killed) before mpirun saw the daemon's connection close.
+        let s = seen(&[
+            "------------------------------------------------------------",
+            "A daemon failed to report back after being spawned. This could",
+            "be due to several factors, including inability to find the",
+            "back to prterun:",
+            "",
+            "  Local host:    h1",
+            "  Remote host:   h3",
+            "  Daemon exit status: 137",
+        ]);
+        let (losses, hosts) = lost(&s, 3);
+        assert!(losses.is_empty());
+        assert_eq!(hosts, ["h3"]);
+        // "Remote host" outside that notice names nothing.
+        let (_, hosts) = lost(&seen(&["  Remote host:   h3"]), 3);
+        assert!(hosts.is_empty());
     }
 }
