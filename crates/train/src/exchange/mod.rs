@@ -1,6 +1,6 @@
 //! The gradient's way between backward and update: one bucket layout ([`buckets`]) for every
-//! run, and either the plain all-reduce of each bucket in binary32 (with more than one rank)
-//! or the exchange through a codec plugin ([`codec`]), which also runs on one process so that
+//! run, and either the plain all-reduce of each bucket in binary32 (with more than one rank;
+//! `pipeline.rs`) or the exchange through a codec plugin ([`codec`]), which also runs on one process so that
 //! compression is visible without mpirun. Gradients arrive pre-divided by the number of ranks
 //! (the loss is scaled by micro/global), so the collective's sum is the mean over the global
 //! batch (Goyal et al. §3).
@@ -20,6 +20,7 @@ pub mod buckets;
 pub mod carry;
 pub mod codec;
 pub mod feedback;
+mod pipeline;
 
 use lsgd_collective::{Algorithm, Traffic, World};
 use lsgd_runtime::plugin::Plugin;
@@ -83,8 +84,8 @@ pub struct GradientExchange {
     local: Local,
     compressor: Option<Compressor>,
     params: u64,
-    /// The plain all-reduce's buffer, reused by every bucket of every step.
-    scratch: Vec<f32>,
+    /// The plain all-reduce's two buffers, reused by every bucket of every step.
+    scratch: Vec<Vec<f32>>,
 }
 
 /// The first bucket's cap in floats: DDP's `first_bucket_bytes` (1 MiB), so that the first
@@ -246,12 +247,33 @@ impl GradientExchange {
         codec: Option<&mut Plugin>,
         weights: &[&Tensor],
         step: u64,
-        ready: &mut dyn FnMut(&Bucket),
+        ready: &mut (dyn FnMut(&Bucket) + Send),
     ) -> Result<Exchanged> {
         let plain = |traffic| Exchanged {
             traffic,
             payload_bytes: 4 * self.params,
             floats: self.params,
+        };
+        let (compressor, codec) = match (&mut self.compressor, codec) {
+            (Some(c), Some(codec)) => (c, codec),
+            // No codec, so no error feedback (`new` refuses it) and nothing to do to a
+            // bucket's tensors once ready.
+            _ if world.size() > 1 => {
+                let traffic = pipeline::all_reduce(
+                    world,
+                    self.algo,
+                    &self.buckets,
+                    weights,
+                    &mut self.scratch,
+                    ready,
+                )?;
+                return Ok(plain(traffic));
+            }
+            _ => {
+                // Nothing moves, but the caller's wait still sees every bucket.
+                self.buckets.iter().for_each(ready);
+                return Ok(plain(Traffic::default()));
+            }
         };
         let mut decayed = vec![false; weights.len()];
         let local = &self.local;
@@ -268,34 +290,15 @@ impl GradientExchange {
                 }
             }
         };
-        match (&mut self.compressor, codec) {
-            (Some(c), Some(codec)) => c.exchange(
-                world,
-                self.algo,
-                codec,
-                &self.buckets,
-                weights,
-                step,
-                &mut ready,
-            ),
-            _ if world.size() > 1 => {
-                let _guard = tch::no_grad_guard();
-                let mut traffic = Traffic::default();
-                let data = &mut self.scratch;
-                for bucket in &self.buckets {
-                    ready(bucket);
-                    bucket.gather_into(weights, data)?;
-                    traffic += world.all_reduce_sum(self.algo, data)?;
-                    bucket.scatter(weights, data);
-                }
-                Ok(plain(traffic))
-            }
-            _ => {
-                // Nothing moves, but the caller's wait still sees every bucket.
-                self.buckets.iter().for_each(&mut ready);
-                Ok(plain(Traffic::default()))
-            }
-        }
+        compressor.exchange(
+            world,
+            self.algo,
+            codec,
+            &self.buckets,
+            weights,
+            step,
+            &mut ready,
+        )
     }
 
     /// Every rank's codec state (error-feedback residuals, a stateful codec's state) as named
