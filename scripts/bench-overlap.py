@@ -96,14 +96,8 @@ def ours(lsgd, model, paths, run_dir, overlap, steps):
         "--overlap" if overlap else "--no-overlap", "--out", run_dir,
     ]
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
-    # Open MPI's own socket buffers (the kernel's autotuned ones), as a user has them and as
-    # gloo has them, not the lab's bandwidth-delay product (32 KiB at 1 Gbit/s): MPI moves a
-    # message only when its thread polls, and that thread pauses between polls while the
-    # backward pass computes, so 0.26 ms of buffer left the link idle through most of the
-    # backward pass (the MLP's overlapped step 1.33 s, 1.22 s with the kernel's buffers).
-    env = {**os.environ, "OMPI_MCA_btl_tcp_sndbuf": os.environ.get("OMPI_MCA_btl_tcp_sndbuf", "0")}
     sh("bash", NETLAB, "run", "-np", "2", "--per-host", "1", "--", lsgd, "run", *flags,
-       stdout=subprocess.DEVNULL, env=env)
+       stdout=subprocess.DEVNULL)
     rows = [json.loads(line) for line in open(Path(run_dir) / "metrics.jsonl")]
     rows = [r for r in rows if r.get("kind") == "step" and r["step"] >= warmup]
     n = len(rows)

@@ -292,15 +292,20 @@ rate_bytes() {
 }
 
 # The lab's bandwidth-delay product (fastest link, the round trip between the two slowest
-# hosts), at least 32 KiB.
+# hosts), at least 32 KiB and at least 2 ms of the fastest link: MPI moves a message only when
+# the thread waiting for it polls, and an overlapped exchange's thread pauses up to 1 ms
+# between polls while the backward pass computes, so a buffer that drains faster leaves the
+# link idle (docs/cluster.md, "Socket buffers").
 send_buffer() {
-  local h r d fastest=0 slowest=0 b
+  local h r d fastest=0 slowest=0 b poll
   while read -r h r d _; do
     b="$(rate_bytes "$r")"; d="${d%us}"
     ((b > fastest)) && fastest="$b"
     ((d > slowest)) && slowest="$d"
   done < "$STATE/hosts"
   b=$((fastest * 2 * slowest / 1000000))
+  poll=$((fastest * 2 / 1000))
+  ((poll > b)) && b="$poll"
   echo $((b > 32768 ? b : 32768))
 }
 
@@ -373,11 +378,11 @@ cmd_run() {
   # protocol's handshakes stall behind the link's queue and a 4 MiB ring all-reduce of two
   # ranks took 1.9× the model's time (1.13× without put; docs/cluster.md).
   export OMPI_MCA_btl_tcp_flags="${OMPI_MCA_btl_tcp_flags:-send,inplace,need-ack,need-csum,hetero-rdma}"
-  # Socket send buffers of about one bandwidth-delay product, not the kernel's autotuned
-  # megabytes: a rank that answers a peer's rendezvous while its own message streams to that
-  # peer queues the answer behind its whole send buffer, so the two halves of a pairwise
-  # exchange ran one after the other (4 hosts, halving-doubling, 1M floats: 1.4-1.8x the
-  # model; 1.0-1.05x with this; docs/cluster.md).
+  # Socket send buffers of about one bandwidth-delay product (and 2 ms of the link, see
+  # send_buffer), not the kernel's autotuned megabytes: a rank that answers a peer's
+  # rendezvous while its own message streams to that peer queues the answer behind its whole
+  # send buffer, so the two halves of a pairwise exchange ran one after the other (4 hosts,
+  # halving-doubling, 1M floats: 1.4-1.8x the model; 1.0-1.05x with this; docs/cluster.md).
   export OMPI_MCA_btl_tcp_sndbuf="${OMPI_MCA_btl_tcp_sndbuf:-$(send_buffer)}"
   # More ranks than cores: a waiting rank must yield, and no rank may be pinned.
   export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_hwloc_base_binding_policy=none

@@ -238,7 +238,7 @@ fn a_congestion_control_the_machine_does_not_allow_is_refused_and_nothing_is_lef
 }
 
 #[test]
-fn run_sets_a_send_buffer_of_one_bandwidth_delay_product_unless_one_is_asked_for() {
+fn run_sets_a_send_buffer_of_one_bandwidth_delay_product_or_2_ms_unless_one_is_asked_for() {
     let Some(lab) = Lab::up(1, &[]) else {
         return;
     };
@@ -259,6 +259,13 @@ fn run_sets_a_send_buffer_of_one_bandwidth_delay_product_unless_one_is_asked_for
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(buffer(None), "32768");
     assert_eq!(buffer(Some("0")), "0", "the kernel's buffers, asked for");
+    // 1 Gbit/s without delay: 2 ms of the link (125 MB/s), what the overlapped exchange's
+    // longest pause between polls needs, twice.
+    let o = Lab::command(&["up", "2", "--rate", "1gbit"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(buffer(None), "250000");
     // The fastest link (1 Gbit/s, 125 MB/s) times the round trip to the slowest host (2 × 2 ms).
     let o = Lab::command(&[
         "up",

@@ -145,6 +145,9 @@ fn equals_a_resume_on_fewer_ranks(name: &str, lose: &str, extra: &[&str]) {
 #[test]
 fn a_run_that_loses_a_rank_ends_with_the_weights_of_a_resume_on_fewer_ranks() {
     equals_a_resume_on_fewer_ranks("mlp", "2@5", &[]);
+    // With the exchange behind the backward pass (opt-in under --fault-tolerance): the rank is
+    // lost while the step's thread all-reduces and the backward pass runs on another.
+    equals_a_resume_on_fewer_ranks("overlap", "2@5", &["--overlap", "--allreduce", "ring"]);
 }
 
 #[test]

@@ -297,12 +297,6 @@ fn train(settings: &Settings, job: &Job, dir: &Path) -> Result<(Status, f64)> {
             Some(lab) => {
                 let mut c = Command::new("bash");
                 c.arg(lab).args(["run", "--"]).arg(&settings.mpirun);
-                // Open MPI's own socket buffers, not the lab's bandwidth-delay product: an
-                // overlapped exchange moves data only when its thread polls, and it pauses
-                // between polls while the backward pass computes (docs/cluster.md).
-                if std::env::var_os("OMPI_MCA_btl_tcp_sndbuf").is_none() {
-                    c.env("OMPI_MCA_btl_tcp_sndbuf", "0");
-                }
                 c
             }
             None => Command::new(&settings.mpirun),
