@@ -302,8 +302,9 @@ impl TrainConfig {
     /// or [`TrainConfig::overlap_refused`], and with `--fault-tolerance` only if asked for
     /// (`--overlap`): under load the lab's grow-back test saw a survivor take a live rank for
     /// lost, with and without overlap; the suspect is the single malloc arena, which tolerant
-    /// runs now go without (`crate::one_malloc_arena`), so they keep the sequential step until
-    /// that is settled. The same on every rank, since it follows the settings alone (the two
+    /// runs now go without (`crate::one_malloc_arena`; the next CI run under load passed), so
+    /// they keep the sequential step by default until more runs settle it (a tolerance test
+    /// loses a rank in an overlapped run). The same on every rank, since it follows the settings alone (the two
     /// steps make their collectives in a different order), a replacement's that joins mid-run
     /// included.
     pub fn overlaps(&self) -> bool {
