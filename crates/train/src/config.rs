@@ -304,9 +304,9 @@ impl TrainConfig {
     /// lost, with and without overlap; the suspect is the single malloc arena, which tolerant
     /// runs now go without (`crate::one_malloc_arena`; the next CI run under load passed), so
     /// they keep the sequential step by default until more runs settle it (a tolerance test
-    /// loses a rank in an overlapped run). The same on every rank, since it follows the settings alone (the two
-    /// steps make their collectives in a different order), a replacement's that joins mid-run
-    /// included.
+    /// loses a rank in an overlapped run). The same on every rank, since it follows the
+    /// settings alone (the two steps make their collectives in a different order), a
+    /// replacement's that joins mid-run included.
     pub fn overlaps(&self) -> bool {
         let wanted = self
             .invocation

@@ -1,7 +1,7 @@
 //! The gradient's way between backward and update: one bucket layout ([`buckets`]) for every
 //! run, and either the plain all-reduce of each bucket in binary32 (with more than one rank;
-//! `pipeline.rs`) or the exchange through a codec plugin ([`codec`]), which also runs on one process so that
-//! compression is visible without mpirun. Gradients arrive pre-divided by the number of ranks
+//! `pipeline.rs`) or the exchange through a codec plugin ([`codec`]), which also runs on one
+//! process so that compression is visible without mpirun. Gradients arrive pre-divided by the number of ranks
 //! (the loss is scaled by micro/global), so the collective's sum is the mean over the global
 //! batch (Goyal et al. §3).
 //!

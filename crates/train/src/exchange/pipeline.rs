@@ -52,10 +52,9 @@ pub(super) fn all_reduce(
         // The helper copies out what was summed, then ends: its senders see us gone.
         drop(summed_tx);
         drop(gathered);
-        let copied = helper
+        let (kept, copied) = helper
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        let (kept, copied) = copied;
         *buffers = kept;
         match (failed, copied) {
             (Some(e), _) | (None, Err(e)) => Err(e),
