@@ -122,6 +122,45 @@ const VERSIONS: &[(&str, &[World])] = &[
             ),
         ],
     ),
+    // 0.5.0: 0.4.0's worlds plus the `sync` kind and its two worlds.
+    (
+        "v0.5.0",
+        &[
+            ("schedule-plugin", &["plugin", "schedule"]),
+            ("stateful-schedule-plugin", &["plugin", "schedule", "state"]),
+            ("batch-size-plugin", &["plugin", "batch-size"]),
+            (
+                "stateful-batch-size-plugin",
+                &["plugin", "batch-size", "state"],
+            ),
+            ("label-smoothing-plugin", &["plugin", "label-smoothing"]),
+            (
+                "stateful-label-smoothing-plugin",
+                &["plugin", "label-smoothing", "state"],
+            ),
+            ("codec-plugin", &["plugin", "codec"]),
+            ("layer-rate-plugin", &["plugin", "layer-rate"]),
+            (
+                "stateful-layer-rate-plugin",
+                &["plugin", "layer-rate", "state"],
+            ),
+            ("sync-plugin", &["plugin", "sync"]),
+            ("stateful-sync-plugin", &["plugin", "sync", "state"]),
+            (
+                "host-view",
+                &[
+                    "plugin",
+                    "schedule",
+                    "batch-size",
+                    "label-smoothing",
+                    "codec",
+                    "layer-rate",
+                    "sync",
+                    "state",
+                ],
+            ),
+        ],
+    ),
 ];
 
 /// The version folders under `wit/`, sorted.

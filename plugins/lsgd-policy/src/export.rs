@@ -135,6 +135,38 @@ macro_rules! export_stateful_layer_rate {
     };
 }
 
+/// Exports a [`SyncPolicy`](crate::SyncPolicy) from a crate that generated the `sync-plugin`
+/// world of `wit/v0.5.0` or later: `plan` and `outer-step`, the latter on the policy mutably
+/// (a stateless policy must still answer from its parameters and inputs alone).
+///
+/// ```ignore
+/// wit_bindgen::generate!({ path: "../../wit/v0.5.0", world: "sync-plugin" });
+/// lsgd_policy::export_sync!(lsgd_policy::local_sgd::LocalSgd);
+/// ```
+#[macro_export]
+macro_rules! export_sync {
+    ($policy:ty) => {
+        $crate::__export_sync!($policy);
+    };
+}
+
+/// Exports a [`Stateful`](crate::Stateful) [`SyncPolicy`](crate::SyncPolicy) from a crate that
+/// generated the `stateful-sync-plugin` world of `wit/v0.5.0` or later: every `plan` call
+/// runs `observe` first; `outer-step` does not observe (the host calls it after `plan` at the
+/// same step) but may change the state from the window's drift, as
+/// [`adaptive_period`](crate::adaptive_period) does; `state` exposes `snapshot` and `restore`.
+///
+/// ```ignore
+/// wit_bindgen::generate!({ path: "../../wit/v0.5.0", world: "stateful-sync-plugin" });
+/// lsgd_policy::export_stateful_sync!(lsgd_policy::adaptive_period::AdaptivePeriod);
+/// ```
+#[macro_export]
+macro_rules! export_stateful_sync {
+    ($policy:ty) => {
+        $crate::__export_sync!($policy, Stateful);
+    };
+}
+
 /// The body shared by the per-step export macros: `$iface` is the generated export module,
 /// `$kind` our trait and `$func` the method both of them name identically. With a trailing
 /// `Stateful`, each call observes first and the `state` interface is exported too.
@@ -230,6 +262,84 @@ macro_rules! __export_layer_rate {
                     $(<$policy as $crate::$stateful>::observe(p, &s);)?
                     <$policy as $crate::LayerRate>::multipliers(p, &s, &tensors)
                 })
+            }
+        }
+
+        $($crate::__export_state!($policy, $stateful);)?
+        export!(__LsgdExport);
+    };
+}
+
+/// The body of the sync export macros: `__export_policy` with a window, tensors and a step
+/// kind to convert; with a trailing `Stateful`, `plan` observes first and `outer_step` never.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_sync {
+    ($policy:ty $(, $stateful:ident)?) => {
+        $crate::__export_plugin!($policy);
+
+        fn __lsgd_window(w: exports::lsgd::policy::sync::Window) -> $crate::Window {
+            $crate::Window {
+                local_steps: w.local_steps,
+                windows: w.windows,
+            }
+        }
+
+        fn __lsgd_drift(t: exports::lsgd::policy::sync::TensorDrift) -> $crate::TensorDrift {
+            use exports::lsgd::policy::sync::Role as W;
+            $crate::TensorDrift {
+                name: t.name,
+                shape: t.shape,
+                role: match t.role {
+                    W::Weight => $crate::Role::Weight,
+                    W::Bias => $crate::Role::Bias,
+                    W::Batchnorm => $crate::Role::BatchNorm,
+                },
+                weight_norm: t.weight_norm,
+                delta_norm: t.delta_norm,
+                rank_delta_norm: t.rank_delta_norm,
+                momentum_norm: t.momentum_norm,
+                delta_dot_momentum: t.delta_dot_momentum,
+            }
+        }
+
+        impl exports::lsgd::policy::sync::Guest for __LsgdExport {
+            fn plan(
+                state: lsgd::policy::types::TrainState,
+                window: exports::lsgd::policy::sync::Window,
+            ) -> exports::lsgd::policy::sync::StepKind {
+                use exports::lsgd::policy::sync::StepKind as W;
+                let s = $crate::copy_train_state!(state => $crate::State);
+                let w = __lsgd_window(window);
+                let kind = __lsgd_with(|p| {
+                    $(<$policy as $crate::$stateful>::observe(p, &s);)?
+                    <$policy as $crate::SyncPolicy>::plan(p, &s, &w)
+                });
+                match kind {
+                    $crate::StepKind::Synchronous => W::Synchronous,
+                    $crate::StepKind::Local => W::Local,
+                    $crate::StepKind::Average => W::Average,
+                }
+            }
+
+            fn outer_step(
+                state: lsgd::policy::types::TrainState,
+                window: exports::lsgd::policy::sync::Window,
+                tensors: ::std::vec::Vec<exports::lsgd::policy::sync::TensorDrift>,
+            ) -> exports::lsgd::policy::sync::OuterUpdate {
+                let s = $crate::copy_train_state!(state => $crate::State);
+                let w = __lsgd_window(window);
+                let tensors: ::std::vec::Vec<$crate::TensorDrift> =
+                    tensors.into_iter().map(__lsgd_drift).collect();
+                let o = __lsgd_with(|p| {
+                    <$policy as $crate::SyncPolicy>::outer_step(p, &s, &w, &tensors)
+                });
+                exports::lsgd::policy::sync::OuterUpdate {
+                    lr: o.lr,
+                    momentum: o.momentum,
+                    nesterov: o.nesterov,
+                    lr_scale: o.lr_scale,
+                }
             }
         }
 

@@ -1,11 +1,12 @@
-//! The `lsgd:policy` contract (0.1 to 0.4) as plain Rust, plus the reference policies.
+//! The `lsgd:policy` contract (0.1 to 0.5) as plain Rust, plus the reference policies.
 //!
 //! The same code runs in two places: natively inside `lsgd-host` (its own train-state and
 //! parameter types, and the native side of the native-vs-wasm benchmark) and compiled to
 //! `wasm32-wasip2` inside each reference plugin. Keeping one copy of every formula is what lets
 //! the host check that a plugin returns the native answer bit for bit; [`NAMES`] lists the
 //! reference policies and [`native`] builds the native twin of one by name ([`LAYER_RATE_NAMES`]
-//! and [`native_layer_rate`] for the layer-rate policies of contract 0.3).
+//! and [`native_layer_rate`] for the layer-rate policies of contract 0.3, [`SYNC_NAMES`] and
+//! [`native_sync`] for the sync policies of contract 0.5).
 //!
 //! A guest crate exports a policy with two lines:
 //!
@@ -23,34 +24,48 @@
 //! drives it); a crate that generated a 0.4 world exports it with `export_schedule!(T, momentum)`
 //! or `export_stateful_schedule!(T, momentum)`. The torch-compatible step schedules
 //! ([`one_cycle`], [`linear`], [`multistep`], [`cosine_annealing`]) target 0.4.
+//!
+//! Contract 0.5 adds sync policies ([`SyncPolicy`]: which steps the ranks take on their own,
+//! when they average, and the outer step on the averaged pseudo-gradient), exported with
+//! `export_sync!` or, keeping state, `export_stateful_sync!`: [`local_sgd`],
+//! [`post_local_sgd`], [`diloco`] and the stateful [`adaptive_period`].
 
 #![warn(missing_docs)]
 
 mod export;
 mod layer_rate;
 mod params;
+mod sync;
 mod util;
 
+pub mod adaptive_period;
 pub mod batch_ramp;
 pub mod constant;
 pub mod constant_batch;
 pub mod cosine;
 pub mod cosine_annealing;
+pub mod diloco;
 pub mod label_smoothing;
 pub mod lamb;
 pub mod lars;
 pub mod linear;
+pub mod local_sgd;
 pub mod lr;
 pub mod multistep;
 pub mod one_cycle;
 pub mod plateau;
 pub mod poly;
+pub mod post_local_sgd;
 pub mod warmup;
 
 pub use layer_rate::{
     LAYER_RATE_NAMES, LayerRate, NativeLayerRateFn, Role, TensorNorms, native_layer_rate,
 };
 pub use params::Params;
+pub use sync::{
+    NativeSync, OuterStep, SYNC_NAMES, StepKind, SyncPolicy, SyncTwin, TensorDrift, Window,
+    native_sync,
+};
 
 /// Everything a policy may know about training at one step; field-for-field the WIT `train-state`.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -268,8 +283,9 @@ pub trait LabelSmoothing: Policy {
 /// ReduceLROnPlateau's best value and counters.
 pub trait Stateful: Policy {
     /// Advances the state with what `s` shows; the export macro calls it right before the kind's
-    /// policy function (for a 0.4 schedule: `learning_rate`, not `momentum`), on every call, so
-    /// it must be idempotent for repeated calls at one step.
+    /// policy function (for a 0.4 schedule: `learning_rate`, not `momentum`; for a sync policy:
+    /// `plan`, not `outer_step`), on every call, so it must be idempotent for repeated calls at
+    /// one step.
     fn observe(&mut self, s: &State);
 
     /// The state, in a form only [`Stateful::restore`] of the same policy reads.

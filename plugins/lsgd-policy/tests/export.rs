@@ -100,6 +100,84 @@ impl lsgd_policy::LayerRate for Counter {
     }
 }
 
+/// As a sync policy the counter averages at odd counts and answers the count as outer lr, so a
+/// test sees whether `plan` and `outer_step` observed.
+impl lsgd_policy::SyncPolicy for Counter {
+    fn plan(&self, _s: &State, _w: &lsgd_policy::Window) -> lsgd_policy::StepKind {
+        if self.count % 2 == 1 {
+            lsgd_policy::StepKind::Average
+        } else {
+            lsgd_policy::StepKind::Local
+        }
+    }
+
+    fn outer_step(
+        &mut self,
+        _s: &State,
+        _w: &lsgd_policy::Window,
+        _tensors: &[lsgd_policy::TensorDrift],
+    ) -> lsgd_policy::OuterStep {
+        lsgd_policy::OuterStep {
+            lr: f64::from(self.count),
+            ..lsgd_policy::OuterStep::average()
+        }
+    }
+}
+
+/// A sync policy that echoes its inputs, so that every field's conversion shows in its output:
+/// `plan` returns the kind numbered `window.local-steps` % 3, `outer_step` one scale per tensor
+/// built from all of that tensor's fields.
+#[derive(Debug)]
+struct Echo;
+
+impl Policy for Echo {
+    fn info() -> Info {
+        Info::new("echo", "echoes its inputs", vec![])
+    }
+
+    fn configure(_p: &Params) -> Result<Self, String> {
+        Ok(Echo)
+    }
+}
+
+impl lsgd_policy::SyncPolicy for Echo {
+    fn plan(&self, s: &State, w: &lsgd_policy::Window) -> lsgd_policy::StepKind {
+        use lsgd_policy::StepKind::*;
+        assert_eq!(w.windows, s.step * 10, "the window reaches the policy");
+        [Synchronous, Local, Average][(w.local_steps % 3) as usize]
+    }
+
+    fn outer_step(
+        &mut self,
+        s: &State,
+        w: &lsgd_policy::Window,
+        tensors: &[lsgd_policy::TensorDrift],
+    ) -> lsgd_policy::OuterStep {
+        let role = |r| match r {
+            lsgd_policy::Role::Weight => 1.0,
+            lsgd_policy::Role::Bias => 2.0,
+            lsgd_policy::Role::BatchNorm => 3.0,
+        };
+        lsgd_policy::OuterStep {
+            lr: s.step as f64 + f64::from(w.local_steps) / 10.0,
+            momentum: w.windows as f64 / 100.0,
+            nesterov: tensors.len() == 2,
+            lr_scale: tensors
+                .iter()
+                .map(|t| {
+                    role(t.role)
+                        + 10.0 * (t.name.len() as f64 + t.shape.iter().sum::<u32>() as f64)
+                        + 1000.0 * t.weight_norm
+                        + 1e4 * t.delta_norm
+                        + 1e5 * t.rank_delta_norm
+                        + 1e6 * t.momentum_norm
+                        + 1e7 * t.delta_dot_momentum
+                })
+                .collect(),
+        }
+    }
+}
+
 mod plateau {
     wit_bindgen::generate!({
         path: "../../wit/v0.3.0",
@@ -418,5 +496,301 @@ mod stateful_v0_4 {
         assert_eq!(__LsgdExport::learning_rate(wit(2)), 3.0);
         __LsgdExport::restore(snap).unwrap();
         assert_eq!(__LsgdExport::momentum(wit(2)), Some(0.02));
+    }
+}
+
+mod echo_sync_v0_5 {
+    wit_bindgen::generate!({
+        path: "../../wit/v0.5.0",
+        world: "sync-plugin",
+        export_prefix: "echo_sync",
+    });
+    lsgd_policy::export_sync!(super::Echo);
+
+    use exports::lsgd::policy::plugin::Guest as _;
+    use exports::lsgd::policy::sync::{Guest as _, Role, StepKind, TensorDrift, Window};
+
+    fn wit(step: u64) -> lsgd::policy::types::TrainState {
+        lsgd_policy::copy_train_state!(super::at(step, 0, None) => lsgd::policy::types::TrainState)
+    }
+
+    #[test]
+    fn converts_every_field() {
+        assert_eq!(__LsgdExport::describe().name, "echo");
+        let window = |local_steps, step: u64| Window {
+            local_steps,
+            windows: step * 10,
+        };
+        assert_eq!(
+            __LsgdExport::plan(wit(2), window(0, 2)),
+            StepKind::Synchronous
+        );
+        assert_eq!(__LsgdExport::plan(wit(2), window(4, 2)), StepKind::Local);
+        assert_eq!(__LsgdExport::plan(wit(3), window(5, 3)), StepKind::Average);
+        let tensor = |name: &str, role, shape: Vec<u32>, k: f64| TensorDrift {
+            name: name.into(),
+            shape,
+            role,
+            weight_norm: k,
+            delta_norm: k,
+            rank_delta_norm: k,
+            momentum_norm: k,
+            delta_dot_momentum: k,
+        };
+        let o = __LsgdExport::outer_step(
+            wit(7),
+            Window {
+                local_steps: 3,
+                windows: 42,
+            },
+            vec![
+                tensor("fc.w", Role::Weight, vec![2, 3], 1.0),
+                tensor("bn", Role::Batchnorm, vec![5], 0.0),
+            ],
+        );
+        assert_eq!((o.lr, o.momentum, o.nesterov), (7.3, 0.42, true));
+        assert_eq!(o.lr_scale, vec![1.0 + 90.0 + 11_111_000.0, 3.0 + 70.0]);
+        let bias = __LsgdExport::outer_step(
+            wit(0),
+            Window {
+                local_steps: 0,
+                windows: 0,
+            },
+            vec![tensor("b", Role::Bias, vec![], 0.0)],
+        );
+        assert_eq!((bias.nesterov, bias.lr_scale), (false, vec![2.0 + 10.0]));
+    }
+}
+
+mod local_sgd_v0_5 {
+    wit_bindgen::generate!({
+        path: "../../wit/v0.5.0",
+        world: "sync-plugin",
+        export_prefix: "local_sgd",
+    });
+    lsgd_policy::export_sync!(lsgd_policy::local_sgd::LocalSgd);
+
+    use exports::lsgd::policy::plugin::Guest as _;
+    use exports::lsgd::policy::sync::{Guest as _, StepKind, Window};
+    use lsgd::policy::types::{Param, ParamValue};
+    use lsgd_policy::{Params, Value};
+
+    /// The WIT case's name, as `lsgd_policy::StepKind::name` writes it.
+    fn name(k: StepKind) -> &'static str {
+        match k {
+            StepKind::Synchronous => "synchronous",
+            StepKind::Local => "local",
+            StepKind::Average => "average",
+        }
+    }
+
+    #[test]
+    fn plans_and_outer_steps_as_the_native_twin() {
+        assert_eq!(__LsgdExport::describe().name, "local-sgd");
+        __LsgdExport::configure(vec![Param {
+            name: "period".into(),
+            value: ParamValue::Integer(3),
+        }])
+        .unwrap();
+        let given = Params(vec![("period".into(), Value::Integer(3))]);
+        let mut twin = lsgd_policy::native_sync("local-sgd", &given)
+            .unwrap()
+            .unwrap();
+        let mut w = lsgd_policy::Window::default();
+        let mut kinds = String::new();
+        for step in 0..9 {
+            let s = super::at(step, 0, None);
+            let ws = lsgd_policy::copy_train_state!(s => lsgd::policy::types::TrainState);
+            let ww = Window {
+                local_steps: w.local_steps,
+                windows: w.windows,
+            };
+            let kind = __LsgdExport::plan(ws, ww);
+            let want = twin.plan(&s, &w);
+            assert_eq!(name(kind), want.name(), "step {step}");
+            if kind == StepKind::Average {
+                let o = __LsgdExport::outer_step(ws, ww, vec![]);
+                assert_eq!((o.lr, o.momentum, o.nesterov), (1.0, 0.0, false));
+                assert!(o.lr_scale.is_empty());
+            }
+            kinds.push(want.name().as_bytes()[0] as char);
+            w = w.after(want);
+        }
+        assert_eq!(kinds, "llallalla");
+        let e = __LsgdExport::configure(vec![Param {
+            name: "period".into(),
+            value: ParamValue::Integer(0),
+        }])
+        .unwrap_err();
+        assert_eq!(e, "period must be in [1, 4294967295], got 0");
+    }
+}
+
+mod adaptive_period_v0_5 {
+    wit_bindgen::generate!({
+        path: "../../wit/v0.5.0",
+        world: "stateful-sync-plugin",
+        export_prefix: "adaptive_period",
+    });
+    lsgd_policy::export_stateful_sync!(lsgd_policy::adaptive_period::AdaptivePeriod);
+
+    use exports::lsgd::policy::plugin::Guest as _;
+    use exports::lsgd::policy::state::Guest as _;
+    use exports::lsgd::policy::sync::{Guest as _, Role, StepKind, TensorDrift, Window};
+    use lsgd::policy::types::{Param, ParamValue};
+    use lsgd_policy::{Params, State, Value};
+
+    /// The WIT case's name, as `lsgd_policy::StepKind::name` writes it.
+    fn name(k: StepKind) -> &'static str {
+        match k {
+            StepKind::Synchronous => "synchronous",
+            StepKind::Local => "local",
+            StepKind::Average => "average",
+        }
+    }
+
+    /// A window's end on 2 ranks whose drifts have agreement `rho`.
+    fn drift(rho: f64) -> TensorDrift {
+        TensorDrift {
+            name: "w".into(),
+            shape: vec![3],
+            role: Role::Weight,
+            weight_norm: 1.0,
+            delta_norm: ((1.0 + rho) / 2.0).sqrt(),
+            rank_delta_norm: 1.0,
+            momentum_norm: 0.0,
+            delta_dot_momentum: 0.0,
+        }
+    }
+
+    /// Drives the plugin and the native twin from `pos` through one window per entry of `rho`,
+    /// checking that they agree at every call; returns every step's kind.
+    fn drive(
+        twin: &mut lsgd_policy::NativeSync,
+        pos: &mut (u64, lsgd_policy::Window),
+        rho: &[f64],
+    ) -> Vec<lsgd_policy::StepKind> {
+        let mut kinds = Vec::new();
+        let mut left = rho;
+        while let Some(&r) = left.first() {
+            let (step, w) = *pos;
+            let s = State {
+                world_size: 2,
+                ..super::at(step, 0, None)
+            };
+            let ws = lsgd_policy::copy_train_state!(s => lsgd::policy::types::TrainState);
+            let ww = Window {
+                local_steps: w.local_steps,
+                windows: w.windows,
+            };
+            // The host may ask twice at one step (a retry): observing is idempotent.
+            let kind = __LsgdExport::plan(ws, ww);
+            assert_eq!(__LsgdExport::plan(ws, ww), kind);
+            let want = twin.plan(&s, &w);
+            assert_eq!(name(kind), want.name(), "step {step}");
+            if kind == StepKind::Average {
+                let tensors = vec![drift(r)];
+                let native: Vec<lsgd_policy::TensorDrift> =
+                    tensors.iter().cloned().map(__lsgd_drift).collect();
+                let o = __LsgdExport::outer_step(ws, ww, tensors);
+                let n = twin.outer_step(&s, &w, &native);
+                assert_eq!(
+                    (o.lr, o.momentum, o.nesterov),
+                    (n.lr, n.momentum, n.nesterov)
+                );
+                left = &left[1..];
+            }
+            assert_eq!(
+                Some(__LsgdExport::snapshot()),
+                twin.snapshot(),
+                "step {step}"
+            );
+            kinds.push(want);
+            *pos = (step + 1, w.after(want));
+        }
+        kinds
+    }
+
+    fn params() -> (Vec<Param>, Params) {
+        let wit = vec![
+            Param {
+                name: "period".into(),
+                value: ParamValue::Integer(2),
+            },
+            Param {
+                name: "outer_lr".into(),
+                value: ParamValue::Float(0.7),
+            },
+        ];
+        let native = Params(vec![
+            ("period".into(), Value::Integer(2)),
+            ("outer_lr".into(), Value::Float(0.7)),
+        ]);
+        (wit, native)
+    }
+
+    #[test]
+    fn adapts_as_the_native_twin_and_resumes_from_a_snapshot() {
+        assert_eq!(__LsgdExport::describe().name, "adaptive-period");
+        let (wit, native) = params();
+        __LsgdExport::configure(wit.clone()).unwrap();
+        let mut twin = lsgd_policy::native_sync("adaptive-period", &native)
+            .unwrap()
+            .unwrap();
+        let rho = [0.9, 0.9, 0.2, 0.6, 0.9];
+        let mut pos = (0, lsgd_policy::Window::default());
+        let head = drive(&mut twin, &mut pos, &rho[..2]);
+        assert_eq!(head.len(), 2 + 4, "windows of 2, then 4 steps");
+        let snap = __LsgdExport::snapshot();
+        let at_snapshot = pos;
+        let tail = drive(&mut twin, &mut pos, &rho[2..]);
+        assert_eq!(tail.len(), 8 + 4 + 4);
+
+        // A fresh configuration starts over; restoring continues where the snapshot was.
+        __LsgdExport::configure(wit).unwrap();
+        let mut fresh = lsgd_policy::native_sync("adaptive-period", &native)
+            .unwrap()
+            .unwrap();
+        assert_ne!(Some(__LsgdExport::snapshot()), Some(snap.clone()));
+        __LsgdExport::restore(snap.clone()).unwrap();
+        fresh.restore(&snap).unwrap();
+        let mut pos = at_snapshot;
+        assert_eq!(drive(&mut fresh, &mut pos, &rho[2..]), tail);
+
+        let e = __LsgdExport::restore(vec![1, 2, 3]).unwrap_err();
+        assert_eq!(e, "adaptive-period snapshot must be 14 bytes, got 3");
+    }
+}
+
+mod counter_sync_v0_5 {
+    wit_bindgen::generate!({
+        path: "../../wit/v0.5.0",
+        world: "stateful-sync-plugin",
+        export_prefix: "counter_sync",
+    });
+    lsgd_policy::export_stateful_sync!(super::Counter);
+
+    use exports::lsgd::policy::state::Guest as _;
+    use exports::lsgd::policy::sync::{Guest as _, StepKind, Window};
+
+    fn wit(step: u64) -> lsgd::policy::types::TrainState {
+        lsgd_policy::copy_train_state!(super::at(step, 0, None) => lsgd::policy::types::TrainState)
+    }
+
+    #[test]
+    fn plan_observes_and_outer_step_does_not() {
+        let w = Window {
+            local_steps: 0,
+            windows: 0,
+        };
+        assert_eq!(__LsgdExport::plan(wit(0), w), StepKind::Average, "count 1");
+        assert_eq!(__LsgdExport::outer_step(wit(0), w, vec![]).lr, 1.0);
+        // An outer step at a new step sees what plan last observed, nothing more.
+        assert_eq!(__LsgdExport::outer_step(wit(1), w, vec![]).lr, 1.0);
+        assert_eq!(__LsgdExport::plan(wit(1), w), StepKind::Local, "count 2");
+        let snap = __LsgdExport::snapshot();
+        assert_eq!(__LsgdExport::plan(wit(2), w), StepKind::Average);
+        __LsgdExport::restore(snap).unwrap();
+        assert_eq!(__LsgdExport::outer_step(wit(2), w, vec![]).lr, 2.0);
     }
 }
