@@ -54,7 +54,6 @@ mod tests {
     use crate::sync::testing::{at, drift, plan_letters};
     use crate::testing::{configure, error};
 
-
     #[test]
     fn averages_at_the_end_of_every_period() {
         let p: LocalSgd = configure(&[]).unwrap();

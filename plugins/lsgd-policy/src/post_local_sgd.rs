@@ -78,7 +78,6 @@ mod tests {
     use crate::sync::testing::{at, drift, plan_letters};
     use crate::testing::{configure, error};
 
-
     fn with(w: i64, h: i64) -> PostLocalSgd {
         configure(&[
             ("warmup_steps", Value::Integer(w)),
