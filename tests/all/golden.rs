@@ -2,7 +2,7 @@
 //! is a case: the plugins of a run (one `[[plugin]]` table each, with its `--set` values as
 //! `set = ["KEY=VALUE", ...]`), traced over the same short but complete 90-epoch run, fed what
 //! training would feed back when the case names them (`metric_file`, `loss_file`,
-//! `norms_file`: paths under `tests/golden/`, as `trace`'s flags of those names); its
+//! `norms_file`, `drift_file`: paths under `tests/golden/`, as `trace`'s flags of those names); its
 //! expected trace is `tests/golden/NAME.csv`. A failure prints a unified diff of the CSV.
 //! Add a case by adding a `.toml` file; write or regenerate the CSVs after an intended change
 //! with `LSGD_BLESS=1 cargo test golden`, and review the diff.
@@ -11,7 +11,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use lsgd_host::policy::{Bounds, PolicySet};
-use lsgd_host::trace::{Inputs, Norms, parse_series, read_input, trace, write_csv};
+use lsgd_host::trace::{
+    Drift, Inputs, Norms, parse_series, read_input, trace_with_drift, write_csv,
+};
 use serde::Deserialize;
 
 use crate::common::*;
@@ -28,6 +30,9 @@ struct Case {
     loss_file: Option<String>,
     /// Tensor norms for a layer-rate plugin (`trace --norms-file`).
     norms_file: Option<String>,
+    /// Window-end drift for a sync plugin's outer steps (`trace --drift-file`); without it,
+    /// `trace`'s default of one unit tensor.
+    drift_file: Option<String>,
 }
 
 impl Case {
@@ -48,6 +53,14 @@ impl Case {
                 .map(|f| read_input(&path(f), Norms::parse).unwrap())
                 .unwrap_or_default(),
         }
+    }
+
+    /// The drift its file describes, or `trace`'s default.
+    fn drift(&self) -> Drift {
+        self.drift_file
+            .as_ref()
+            .map(|f| read_input(&golden_dir().join(f), Drift::parse).unwrap())
+            .unwrap_or_default()
     }
 }
 
@@ -97,10 +110,10 @@ fn run_case(rt: &lsgd_host::plugin::Runtime, path: &Path) -> String {
         })
         .collect();
     let mut set = PolicySet::new(loaded, Bounds::default()).unwrap();
-    let inputs = case.inputs();
-    let rows = trace(&mut set, clock(90, 10, 8192), &inputs).unwrap();
+    let (inputs, drift) = (case.inputs(), case.drift());
+    let rows = trace_with_drift(&mut set, clock(90, 10, 8192), &inputs, &drift).unwrap();
     let mut csv = Vec::new();
-    write_csv(&rows, &inputs.norms.names(), &mut csv).unwrap();
+    write_csv(&rows, &inputs.norms.names(), &drift.names(), &mut csv).unwrap();
     String::from_utf8(csv).unwrap()
 }
 

@@ -5,12 +5,17 @@
 //! whatever they return. This is the regression check users
 //! keep in CI: a port of a schedule to another language, or a refactoring, must stay within
 //! tolerance (bit-identical by default).
+//!
+//! Two sync policies are compared plan by plan, and at the steps both end a window outer step
+//! by outer step (fed the same [`Drift`]); each side's window moves with its own plans, as in
+//! its own training, so after their first difference the two may drift apart.
 
+use lsgd_policy::StepKind;
 use serde::Serialize;
 
 use crate::plugin::{Plugin, PluginError, PolicyKind};
 use crate::policy::{Clock, PolicySet};
-use crate::trace::Inputs;
+use crate::trace::{Drift, Inputs};
 use crate::{Error, Result};
 
 /// When two outputs count as equal.
@@ -38,12 +43,29 @@ impl Tolerance {
 pub struct Difference {
     /// The step.
     pub step: u64,
-    /// The output that differs: the kind's function, or `momentum` (contract 0.4 schedules).
+    /// The output that differs: the kind's function, `momentum` (contract 0.4 schedules), or
+    /// a sync policy's `outer-step.lr`, `outer-step.momentum`, `outer-step.nesterov`,
+    /// `outer-step.lr-scale`.
     pub output: &'static str,
-    /// Plugin A's output (NaN where A returned none).
+    /// Plugin A's output (NaN where A returned none or the output is a word).
     pub a: f64,
-    /// Plugin B's output (NaN where B returned none).
+    /// Plugin B's output (NaN where B returned none or the output is a word).
     pub b: f64,
+    /// A's and B's outputs in words, for an output that is not a number (a sync policy's
+    /// plan, `outer-step.nesterov`); `none` where a side returned none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub words: Option<[&'static str; 2]>,
+}
+
+/// A side's named outputs at one step.
+type Outputs = Vec<(&'static str, Value)>;
+
+/// One output of one side at one step.
+enum Value {
+    /// A number, compared within tolerance.
+    Number(Option<f64>),
+    /// A word (a plan, a flag), compared for equality.
+    Word(Option<&'static str>),
 }
 
 /// The outcome of a comparison.
@@ -86,14 +108,16 @@ pub fn same_kind(a: &Plugin, b: &Plugin) -> Result<()> {
 
 /// Compares the `kind` policies of `a` and `b` (each one plugin, or for schedules a composed
 /// schedule) at every step of the run `clock` describes, fed `inputs` as a trace is: a
-/// schedule's LR and momentum, a layer-rate plugin's multipliers tensor by tensor. A momentum
-/// one side returns and the other does not is a difference.
+/// schedule's LR and momentum, a layer-rate plugin's multipliers tensor by tensor, a sync
+/// policy's plan and, where both end a window, its outer step for `drift`. A momentum one side
+/// returns and the other does not is a difference.
 pub fn compare(
     a: &mut PolicySet,
     b: &mut PolicySet,
     kind: PolicyKind,
-    mut clock: Clock,
+    clock: Clock,
     inputs: &Inputs,
+    drift: &Drift,
     tolerance: Tolerance,
 ) -> Result<Report> {
     let mut report = Report {
@@ -104,19 +128,35 @@ pub fn compare(
         differing_steps: 0,
         first_difference: None,
     };
-    let mut epochs_done = 0;
-    while !clock.finished() {
-        let state = clock.state();
-        let (va, vb) = (
-            outputs(a, kind, &clock, inputs)?,
-            outputs(b, kind, &clock, inputs)?,
-        );
+    // One clock per side: a sync policy's window follows that side's own plans.
+    let mut clocks = [clock.clone(), clock];
+    let mut epochs_done = [0, 0];
+    while !clocks[0].finished() {
+        let state = clocks[0].state();
+        let (va, plan_a) = outputs(a, kind, &clocks[0], inputs, drift)?;
+        let (vb, plan_b) = outputs(b, kind, &clocks[1], inputs, drift)?;
         let mut differs = false;
         for ((output, va), (_, vb)) in va.into_iter().zip(vb) {
             let (va, vb) = match (va, vb) {
-                (None, None) => continue,
-                (Some(va), Some(vb)) => (va, vb),
-                (va, vb) => (va.unwrap_or(f64::NAN), vb.unwrap_or(f64::NAN)),
+                (Value::Word(wa), Value::Word(wb)) => {
+                    if wa != wb && !differs {
+                        differs = true;
+                        report.first_difference.get_or_insert(Difference {
+                            step: state.step,
+                            output,
+                            a: f64::NAN,
+                            b: f64::NAN,
+                            words: Some([wa.unwrap_or("none"), wb.unwrap_or("none")]),
+                        });
+                    }
+                    continue;
+                }
+                (Value::Number(va), Value::Number(vb)) => match (va, vb) {
+                    (None, None) => continue,
+                    (Some(va), Some(vb)) => (va, vb),
+                    (va, vb) => (va.unwrap_or(f64::NAN), vb.unwrap_or(f64::NAN)),
+                },
+                _ => unreachable!("both sides name their outputs alike"),
             };
             let abs = (va - vb).abs();
             let scale = va.abs().max(vb.abs());
@@ -133,40 +173,70 @@ pub fn compare(
                     output,
                     a: va,
                     b: vb,
+                    words: None,
                 });
             }
         }
         report.differing_steps += u64::from(differs);
         report.steps += 1;
-        inputs.advance(&mut clock, state.global_batch, &mut epochs_done);
+        let [clock_a, clock_b] = &mut clocks;
+        let [done_a, done_b] = &mut epochs_done;
+        inputs.end_step(clock_a, state.global_batch, plan_a, done_a);
+        inputs.end_step(clock_b, state.global_batch, plan_b, done_b);
     }
     Ok(report)
 }
 
 /// A policy set's checked outputs of `kind` at the clock's step, each named by what it is:
-/// a schedule's LR and momentum, another kind's value, or a layer-rate plugin's multipliers for
-/// the norms of `inputs` at that step.
+/// a schedule's LR and momentum, another kind's value, a layer-rate plugin's multipliers for
+/// the norms of `inputs` at that step, or a sync policy's plan and, at an `average` step, its
+/// outer step for `drift` (a missing `lr-scale` as 1 per tensor, which it means); with the
+/// step's plan, which moves the side's window.
 fn outputs(
     set: &mut PolicySet,
     kind: PolicyKind,
     clock: &Clock,
     inputs: &Inputs,
-) -> Result<Vec<(&'static str, Option<f64>)>> {
+    drift: &Drift,
+) -> Result<(Outputs, Option<StepKind>)> {
     let d = set.decide(clock)?;
-    Ok(match kind {
-        PolicyKind::Schedule => vec![(kind.function(), Some(d.lr)), ("momentum", d.momentum)],
-        PolicyKind::BatchSize => vec![(kind.function(), Some(f64::from(d.global_batch)))],
+    let number = |name, v: f64| (name, Value::Number(Some(v)));
+    let values = match kind {
+        PolicyKind::Schedule => vec![
+            number(kind.function(), d.lr),
+            ("momentum", Value::Number(d.momentum)),
+        ],
+        PolicyKind::BatchSize => vec![number(kind.function(), f64::from(d.global_batch))],
         PolicyKind::LabelSmoothing => {
-            vec![(kind.function(), Some(f64::from(d.label_smoothing)))]
+            vec![number(kind.function(), f64::from(d.label_smoothing))]
         }
         PolicyKind::LayerRate => set
             .layer_rates(&d.state, inputs.norms.at(d.state.step))?
             .unwrap_or_default()
             .into_iter()
-            .map(|m| (kind.function(), Some(m)))
+            .map(|m| number(kind.function(), m))
             .collect(),
+        PolicyKind::Sync => {
+            let mut values = vec![(kind.function(), Value::Word(d.plan.map(StepKind::name)))];
+            if d.plan == Some(StepKind::Average) {
+                let tensors = drift.at(d.state.step);
+                if let Some(o) = set.outer_step(&d.state, &d.window, tensors)? {
+                    values.push(number("outer-step.lr", o.lr));
+                    values.push(number("outer-step.momentum", o.momentum));
+                    let nesterov = if o.nesterov { "true" } else { "false" };
+                    values.push(("outer-step.nesterov", Value::Word(Some(nesterov))));
+                    let scales = match o.lr_scale.is_empty() {
+                        true => vec![1.0; tensors.len()],
+                        false => o.lr_scale,
+                    };
+                    values.extend(scales.into_iter().map(|m| number("outer-step.lr-scale", m)));
+                }
+            }
+            values
+        }
         PolicyKind::Codec => unreachable!("codecs are compared by compare_codecs"),
-    })
+    };
+    Ok((values, d.plan))
 }
 
 /// The first element whose reconstructions differ beyond tolerance.

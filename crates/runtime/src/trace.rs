@@ -5,13 +5,15 @@
 //! What training would feed back into the policies comes from [`Inputs`]: a test metric per
 //! epoch and a training loss per step (for policies that react to them, such as `plateau`),
 //! and the norms of the parameter tensors per step (for a layer-rate policy, whose
-//! multipliers become one column per tensor).
+//! multipliers become one column per tensor). A sync policy's outer steps see the
+//! pseudo-gradient's norms of [`Drift`] (a file, or one tensor of unit norms), and its plans
+//! move the clock's window as in training ([`Inputs::end_step`]).
 
 use std::io::{self, Write};
 use std::path::Path;
 
-use lsgd_policy::{Role, TensorNorms};
-use serde::Serialize;
+use lsgd_policy::{OuterStep, Role, StepKind, TensorDrift, TensorNorms, Window};
+use serde::{Serialize, Serializer};
 
 use crate::plugin::{PluginError, PolicyKind};
 use crate::policy::{Clock, PolicySet};
@@ -36,12 +38,71 @@ pub struct Row {
     /// The layer-rate policy's multiplier of each tensor (empty without one).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scales: Vec<f64>,
+    /// The sync policy's plan (contract 0.5), the final-step rule applied; `None` without one.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_plan"
+    )]
+    pub plan: Option<StepKind>,
+    /// The window the plan saw; `None` without a sync policy.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_window"
+    )]
+    pub window: Option<Window>,
+    /// The outer step at an `average` step.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_outer"
+    )]
+    pub outer_step: Option<OuterStep>,
 }
 
 /// The CSV header, fixed by the golden files; a schedule that returns a momentum adds a
 /// `momentum` column (empty at steps where it returned none), a layer-rate trace adds
-/// `scale:<tensor>` columns.
+/// `scale:<tensor>` columns, a sync trace [`SYNC_COLUMNS`] (and `outer_scale:<tensor>`
+/// columns when an outer step scales its tensors).
 pub const CSV_HEADER: &str = "step,epoch,lr,global_batch,label_smoothing";
+
+/// The columns a sync policy adds: its plan, the window the plan saw, and at `average` steps
+/// the outer step (empty at other steps).
+pub const SYNC_COLUMNS: &str = "plan,local_steps,windows,outer_lr,outer_momentum,nesterov";
+
+fn serialize_plan<S: Serializer>(plan: &Option<StepKind>, s: S) -> Result<S::Ok, S::Error> {
+    plan.map(StepKind::name).serialize(s)
+}
+
+fn serialize_window<S: Serializer>(w: &Option<Window>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct W {
+        local_steps: u32,
+        windows: u64,
+    }
+    w.map(|w| W {
+        local_steps: w.local_steps,
+        windows: w.windows,
+    })
+    .serialize(s)
+}
+
+fn serialize_outer<S: Serializer>(o: &Option<OuterStep>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct O<'a> {
+        lr: f64,
+        momentum: f64,
+        nesterov: bool,
+        #[serde(skip_serializing_if = "<[f64]>::is_empty")]
+        lr_scale: &'a [f64],
+    }
+    o.as_ref()
+        .map(|o| O {
+            lr: o.lr,
+            momentum: o.momentum,
+            nesterov: o.nesterov,
+            lr_scale: &o.lr_scale,
+        })
+        .serialize(s)
+}
 
 /// What training would have fed back into the policies.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -112,36 +173,142 @@ fn norms_record(line: &str) -> std::result::Result<(u64, TensorNorms), String> {
     let [step, name, role, shape, w, g, u, wd] = f[..] else {
         return Err(format!("{} fields, expected 8", f.len()));
     };
-    let num = |what: &str, v: &str| {
-        v.parse::<f64>()
-            .map_err(|_| format!("{what} `{v}` is not a number"))
-    };
-    let role = match role {
-        "weight" => Role::Weight,
-        "bias" => Role::Bias,
-        "batchnorm" => Role::BatchNorm,
-        other => return Err(format!("role `{other}`: weight, bias or batchnorm")),
-    };
-    let shape = shape
-        .split('x')
-        .map(|d| {
-            d.parse::<u32>()
-                .map_err(|_| format!("shape `{shape}`: like 32x1x3x3"))
-        })
-        .collect::<std::result::Result<Vec<u32>, String>>()?;
-    let step = step
-        .parse::<u64>()
-        .map_err(|_| format!("step `{step}` is not a step"))?;
+    let (step, role, shape) = (parse_step(step)?, parse_role(role)?, parse_shape(shape)?);
     Ok((
         step,
         TensorNorms {
             name: name.to_string(),
             shape,
             role,
-            weight_norm: num("weight_norm", w)?,
-            grad_norm: num("grad_norm", g)?,
-            update_norm: num("update_norm", u)?,
-            weight_decay: num("weight_decay", wd)?,
+            weight_norm: parse_num("weight_norm", w)?,
+            grad_norm: parse_num("grad_norm", g)?,
+            update_norm: parse_num("update_norm", u)?,
+            weight_decay: parse_num("weight_decay", wd)?,
+        },
+    ))
+}
+
+fn parse_num(what: &str, v: &str) -> std::result::Result<f64, String> {
+    v.parse::<f64>()
+        .map_err(|_| format!("{what} `{v}` is not a number"))
+}
+
+fn parse_step(step: &str) -> std::result::Result<u64, String> {
+    step.parse::<u64>()
+        .map_err(|_| format!("step `{step}` is not a step"))
+}
+
+fn parse_role(role: &str) -> std::result::Result<Role, String> {
+    match role {
+        "weight" => Ok(Role::Weight),
+        "bias" => Ok(Role::Bias),
+        "batchnorm" => Ok(Role::BatchNorm),
+        other => Err(format!("role `{other}`: weight, bias or batchnorm")),
+    }
+}
+
+fn parse_shape(shape: &str) -> std::result::Result<Vec<u32>, String> {
+    shape
+        .split('x')
+        .map(|d| {
+            d.parse::<u32>()
+                .map_err(|_| format!("shape `{shape}`: like 32x1x3x3"))
+        })
+        .collect()
+}
+
+/// The pseudo-gradient's norms at the end of windows, by step, for a sync policy's
+/// `outer-step`: a step not listed uses the latest listed step before it (the first listed one
+/// before that). Without a file ([`Drift::default`]) one tensor, `model` of shape 1, whose
+/// weight, delta and rank-delta norms are 1 and whose momentum norms are 0: every rank drifted
+/// alike, no outer momentum yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Drift(Vec<(u64, Vec<TensorDrift>)>);
+
+impl Default for Drift {
+    fn default() -> Self {
+        Drift(vec![(
+            0,
+            vec![TensorDrift {
+                name: "model".into(),
+                shape: vec![1],
+                role: Role::Weight,
+                weight_norm: 1.0,
+                delta_norm: 1.0,
+                rank_delta_norm: 1.0,
+                momentum_norm: 0.0,
+                delta_dot_momentum: 0.0,
+            }],
+        )])
+    }
+}
+
+impl Drift {
+    /// The records of `step`.
+    pub fn at(&self, step: u64) -> &[TensorDrift] {
+        let i = self.0.partition_point(|(s, _)| *s <= step);
+        self.0.get(i.saturating_sub(1)).map_or(&[], |(_, t)| t)
+    }
+
+    /// The tensor names, from the first listed step.
+    pub fn names(&self) -> Vec<&str> {
+        self.0
+            .first()
+            .map(|(_, t)| t.iter().map(|t| t.name.as_str()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Parses
+    /// `step,name,role,shape,weight_norm,delta_norm,rank_delta_norm,momentum_norm,delta_dot_momentum`
+    /// lines (a header line, blank lines and `#` comments skipped; shape as `32x1x3x3`); every
+    /// listed step must list the same tensors in the same order, and at least one must be
+    /// listed.
+    pub fn parse(text: &str, file: &str) -> Result<Drift> {
+        let bad = |line: usize, what: String| Error::Input(format!("{file}:{line}: {what}"));
+        let mut out: Vec<(u64, Vec<TensorDrift>)> = Vec::new();
+        for (i, line) in data_lines(text) {
+            if line.starts_with("step,") {
+                continue;
+            }
+            let (step, record) = drift_record(line).map_err(|e| bad(i, e))?;
+            match out.last_mut() {
+                Some((s, records)) if *s == step => records.push(record),
+                Some((s, _)) if *s > step => {
+                    return Err(bad(i, format!("step {step} after step {s}: sort by step")));
+                }
+                _ => out.push((step, vec![record])),
+            }
+        }
+        let names = |t: &[TensorDrift]| t.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+        let Some((first_step, first)) = out.first() else {
+            return Err(Error::Input(format!("{file}: no tensors listed")));
+        };
+        if let Some((step, _)) = out.iter().find(|(_, t)| names(t) != names(first)) {
+            return Err(Error::Input(format!(
+                "{file}: step {step} lists other tensors than step {first_step}"
+            )));
+        }
+        Ok(Drift(out))
+    }
+}
+
+fn drift_record(line: &str) -> std::result::Result<(u64, TensorDrift), String> {
+    let f: Vec<&str> = line.split(',').map(str::trim).collect();
+    let [step, name, role, shape, w, d, r, m, dm] = f[..] else {
+        return Err(format!("{} fields, expected 9", f.len()));
+    };
+    let (step, role, shape) = (parse_step(step)?, parse_role(role)?, parse_shape(shape)?);
+    Ok((
+        step,
+        TensorDrift {
+            name: name.to_string(),
+            shape,
+            role,
+            weight_norm: parse_num("weight_norm", w)?,
+            delta_norm: parse_num("delta_norm", d)?,
+            rank_delta_norm: parse_num("rank_delta_norm", r)?,
+            momentum_norm: parse_num("momentum_norm", m)?,
+            delta_dot_momentum: parse_num("delta_dot_momentum", dm)?,
         },
     ))
 }
@@ -164,7 +331,7 @@ pub fn parse_series(text: &str, file: &str) -> Result<Vec<f64>> {
         .collect()
 }
 
-/// Reads a file for [`parse_series`] or [`Norms::parse`].
+/// Reads a file for [`parse_series`], [`Norms::parse`] or [`Drift::parse`].
 pub fn read_input<T>(path: &Path, parse: impl Fn(&str, &str) -> Result<T>) -> Result<T> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path)
@@ -172,11 +339,23 @@ pub fn read_input<T>(path: &Path, parse: impl Fn(&str, &str) -> Result<T>) -> Re
     parse(&text, &name)
 }
 
-/// Runs the policies over the whole run described by `clock`, fed `inputs`.
+/// Runs the policies over the whole run described by `clock`, fed `inputs` (a sync policy's
+/// outer steps the default [`Drift`]).
 pub fn trace(
+    policies: &mut PolicySet,
+    clock: Clock,
+    inputs: &Inputs,
+) -> std::result::Result<Vec<Row>, PluginError> {
+    trace_with_drift(policies, clock, inputs, &Drift::default())
+}
+
+/// [`trace`], a sync policy's outer steps fed `drift`. (Not a field of [`Inputs`], whose
+/// callers build it field by field.)
+pub fn trace_with_drift(
     policies: &mut PolicySet,
     mut clock: Clock,
     inputs: &Inputs,
+    drift: &Drift,
 ) -> std::result::Result<Vec<Row>, PluginError> {
     let mut rows = Vec::new();
     let mut epochs_done = 0;
@@ -186,6 +365,10 @@ pub fn trace(
         let scales = policies
             .layer_rates(&d.state, inputs.norms.at(step))?
             .unwrap_or_default();
+        let outer_step = match d.plan {
+            Some(StepKind::Average) => policies.outer_step(&d.state, &d.window, drift.at(step))?,
+            _ => None,
+        };
         rows.push(Row {
             step,
             epoch: d.state.epoch_fraction,
@@ -194,8 +377,11 @@ pub fn trace(
             label_smoothing: d.label_smoothing,
             momentum: d.momentum,
             scales,
+            plan: d.plan,
+            window: d.plan.map(|_| d.window),
+            outer_step,
         });
-        inputs.advance(&mut clock, d.global_batch, &mut epochs_done);
+        inputs.end_step(&mut clock, d.global_batch, d.plan, &mut epochs_done);
     }
     Ok(rows)
 }
@@ -205,8 +391,27 @@ impl Inputs {
     /// `last-loss`, and at a completed epoch (`epochs_done` counts them) that epoch's metric
     /// becomes `last-metric`.
     pub fn advance(&self, clock: &mut Clock, global_batch: u32, epochs_done: &mut u32) {
+        self.end_step(clock, global_batch, None, epochs_done);
+    }
+
+    /// [`Inputs::advance`] for a step a sync policy planned as `plan`: the window moves on
+    /// ([`Clock::pass`]), and a `local` step's loss stays unknown to the policies (the ranks
+    /// agree on losses only when they agree on weights), so `last-loss` is the loss of the
+    /// last step that agreed.
+    pub fn end_step(
+        &self,
+        clock: &mut Clock,
+        global_batch: u32,
+        plan: Option<StepKind>,
+        epochs_done: &mut u32,
+    ) {
         let step = clock.step();
-        clock.advance(global_batch, self.losses.get(step as usize).copied());
+        let loss = self.losses.get(step as usize).copied();
+        if let Some(kind) = plan {
+            clock.pass(kind);
+        }
+        let agreed = plan.is_none_or(StepKind::agrees);
+        clock.advance(global_batch, loss.filter(|_| agreed));
         let completed = clock.state().epoch.min(clock.shape().epochs);
         if completed > *epochs_done {
             *epochs_done = completed;
@@ -223,8 +428,15 @@ pub fn needs_norms(policies: &PolicySet) -> bool {
 }
 
 /// Writes rows as CSV with [`CSV_HEADER`], plus a `scale:<tensor>` column per tensor of
-/// `tensors` when the rows have multipliers.
-pub fn write_csv(rows: &[Row], tensors: &[&str], mut out: impl Write) -> io::Result<()> {
+/// `tensors` when the rows have multipliers, and with a sync policy [`SYNC_COLUMNS`] and, when
+/// an outer step scales its tensors, an `outer_scale:<tensor>` column per tensor of
+/// `drift_tensors` (empty where the outer step gave no scales: 1 everywhere).
+pub fn write_csv(
+    rows: &[Row],
+    tensors: &[&str],
+    drift_tensors: &[&str],
+    mut out: impl Write,
+) -> io::Result<()> {
     write!(out, "{CSV_HEADER}")?;
     let momentum = rows.iter().any(|r| r.momentum.is_some());
     if momentum {
@@ -234,6 +446,20 @@ pub fn write_csv(rows: &[Row], tensors: &[&str], mut out: impl Write) -> io::Res
     if scaled {
         for t in tensors {
             write!(out, ",scale:{t}")?;
+        }
+    }
+    let synced = rows.iter().any(|r| r.plan.is_some());
+    if synced {
+        write!(out, ",{SYNC_COLUMNS}")?;
+    }
+    let outer_scaled = rows.iter().any(|r| {
+        r.outer_step
+            .as_ref()
+            .is_some_and(|o| !o.lr_scale.is_empty())
+    });
+    if outer_scaled {
+        for t in drift_tensors {
+            write!(out, ",outer_scale:{t}")?;
         }
     }
     writeln!(out)?;
@@ -252,9 +478,41 @@ pub fn write_csv(rows: &[Row], tensors: &[&str], mut out: impl Write) -> io::Res
         for s in &r.scales {
             write!(out, ",{s}")?;
         }
+        if synced {
+            write_sync_cells(&mut out, r, drift_tensors.len(), outer_scaled)?;
+        }
         writeln!(out)?;
     }
     out.flush()
+}
+
+/// The [`SYNC_COLUMNS`] cells of a row, then its `outer_scale` cells (`scales` of them) when
+/// the trace has those columns.
+fn write_sync_cells(
+    out: &mut impl Write,
+    r: &Row,
+    scales: usize,
+    outer_scaled: bool,
+) -> io::Result<()> {
+    match (r.plan, r.window) {
+        (Some(plan), Some(w)) => write!(out, ",{},{},{}", plan.name(), w.local_steps, w.windows)?,
+        _ => write!(out, ",,,")?,
+    }
+    match &r.outer_step {
+        Some(o) => write!(out, ",{},{},{}", o.lr, o.momentum, o.nesterov)?,
+        None => write!(out, ",,,")?,
+    }
+    if outer_scaled {
+        match r.outer_step.as_ref().filter(|o| !o.lr_scale.is_empty()) {
+            Some(o) => {
+                for s in &o.lr_scale {
+                    write!(out, ",{s}")?;
+                }
+            }
+            None => write!(out, "{}", ",".repeat(scales))?,
+        }
+    }
+    Ok(())
 }
 
 /// Writes rows as one JSON array of objects.
@@ -302,6 +560,167 @@ step,name,role,shape,weight_norm,grad_norm,update_norm,weight_decay
         );
         let e = Norms::parse("0,a,weight,3,1,1,1,0\n1,b,weight,3,1,1,1,0", "n.csv").unwrap_err();
         assert!(e.to_string().contains("step 1 lists other tensors"), "{e}");
+    }
+
+    const DRIFT: &str = "\
+step,name,role,shape,weight_norm,delta_norm,rank_delta_norm,momentum_norm,delta_dot_momentum
+7,fc.bias,bias,10,0.5,0.01,0.02,0,0
+7,fc.weight,weight,10x784,4,0.25,0.5,0,0
+15,fc.bias,bias,10,0.5,0.01,0.02,0.01,0.0001
+15,fc.weight,weight,10x784,4,0.25,0.5,0.25,0.06
+";
+
+    #[test]
+    fn drift_holds_until_the_next_listed_step_and_defaults_to_one_unit_tensor() {
+        let d = Drift::parse(DRIFT, "d.csv").unwrap();
+        assert_eq!(d.names(), ["fc.bias", "fc.weight"]);
+        assert_eq!(d.at(0)[1].delta_norm, 0.25);
+        assert_eq!(d.at(14)[1].momentum_norm, 0.0);
+        assert_eq!(d.at(15)[1].delta_dot_momentum, 0.06);
+        assert_eq!(d.at(99)[0].rank_delta_norm, 0.02);
+        assert_eq!(
+            (d.at(7)[1].shape.as_slice(), d.at(7)[0].role),
+            (&[10, 784][..], Role::Bias)
+        );
+        let unit = Drift::default();
+        assert_eq!(unit.names(), ["model"]);
+        let t = &unit.at(123)[0];
+        assert_eq!(
+            (
+                t.weight_norm,
+                t.delta_norm,
+                t.rank_delta_norm,
+                t.momentum_norm
+            ),
+            (1.0, 1.0, 1.0, 0.0)
+        );
+    }
+
+    #[test]
+    fn bad_drift_files_name_the_line() {
+        let e = Drift::parse("0,a,weight,3,1,1,1,0", "d.csv").unwrap_err();
+        assert!(
+            e.to_string().contains("d.csv:1: 8 fields, expected 9"),
+            "{e}"
+        );
+        let e = Drift::parse("0,a,weight,3,1,x,1,0,0", "d.csv").unwrap_err();
+        assert!(e.to_string().contains("delta_norm `x`"), "{e}");
+        let e = Drift::parse("# nothing\n", "d.csv").unwrap_err();
+        assert!(e.to_string().contains("d.csv: no tensors"), "{e}");
+        let e =
+            Drift::parse("0,a,weight,3,1,1,1,0,0\n4,b,weight,3,1,1,1,0,0", "d.csv").unwrap_err();
+        assert!(e.to_string().contains("step 4 lists other tensors"), "{e}");
+    }
+
+    /// A row of a sync trace at `step`.
+    fn sync_row(step: u64, plan: StepKind, local_steps: u32, outer: Option<OuterStep>) -> Row {
+        Row {
+            step,
+            epoch: step as f64 / 4.0,
+            lr: 0.1,
+            global_batch: 256,
+            label_smoothing: 0.0,
+            momentum: None,
+            scales: Vec::new(),
+            plan: Some(plan),
+            window: Some(Window {
+                local_steps,
+                windows: 0,
+            }),
+            outer_step: outer,
+        }
+    }
+
+    #[test]
+    fn a_sync_trace_writes_the_plan_the_window_and_the_outer_step() {
+        let diloco = OuterStep {
+            lr: 0.7,
+            momentum: 0.9,
+            nesterov: true,
+            lr_scale: Vec::new(),
+        };
+        let rows = [
+            sync_row(0, StepKind::Local, 0, None),
+            sync_row(1, StepKind::Average, 1, Some(diloco.clone())),
+        ];
+        let mut csv = Vec::new();
+        write_csv(&rows, &[], &["a", "b"], &mut csv).unwrap();
+        assert_eq!(
+            String::from_utf8(csv).unwrap(),
+            "step,epoch,lr,global_batch,label_smoothing,plan,local_steps,windows,outer_lr,\
+             outer_momentum,nesterov\n\
+             0,0,0.1,256,0,local,0,0,,,\n\
+             1,0.25,0.1,256,0,average,1,0,0.7,0.9,true\n"
+        );
+        let scaled = OuterStep {
+            lr_scale: vec![0.5, 2.0],
+            ..diloco
+        };
+        let rows = [
+            sync_row(0, StepKind::Local, 0, None),
+            sync_row(1, StepKind::Average, 1, Some(scaled)),
+        ];
+        let mut csv = Vec::new();
+        write_csv(&rows, &[], &["a", "b"], &mut csv).unwrap();
+        let text = String::from_utf8(csv).unwrap();
+        assert!(
+            text.contains("nesterov,outer_scale:a,outer_scale:b\n")
+                && text.contains("local,0,0,,,,,\n")
+                && text.ends_with("true,0.5,2\n"),
+            "{text}"
+        );
+        let mut json = Vec::new();
+        write_json(&rows[1..], &mut json).unwrap();
+        let json = String::from_utf8(json).unwrap();
+        assert!(
+            json.contains(r#""plan":"average","window":{"local_steps":1,"windows":0}"#)
+                && json.contains(
+                    r#""outer_step":{"lr":0.7,"momentum":0.9,"nesterov":true,"lr_scale":[0.5,2.0]}"#
+                ),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn a_local_step_moves_the_window_and_keeps_the_last_agreed_loss() {
+        let shape = crate::policy::RunShape {
+            epochs: 1,
+            samples_per_epoch: 4 * 256,
+            initial_batch: 256,
+            world_size: 4,
+            base_lr: 0.1,
+            reference_batch: 256,
+        };
+        let mut clock = Clock::new(shape).unwrap();
+        let inputs = Inputs {
+            losses: vec![2.0, 1.5, 1.25, 1.0],
+            ..Inputs::default()
+        };
+        let mut epochs = 0;
+        inputs.end_step(&mut clock, 256, Some(StepKind::Synchronous), &mut epochs);
+        assert_eq!(clock.state().last_loss, Some(2.0));
+        inputs.end_step(&mut clock, 256, Some(StepKind::Local), &mut epochs);
+        inputs.end_step(&mut clock, 256, Some(StepKind::Local), &mut epochs);
+        // Nothing agreed inside the window: the policies still see step 0's loss.
+        assert_eq!(clock.state().last_loss, Some(2.0));
+        assert_eq!(clock.window().local_steps, 2);
+        inputs.end_step(&mut clock, 256, Some(StepKind::Average), &mut epochs);
+        assert_eq!(clock.state().last_loss, Some(1.0));
+        assert_eq!(
+            clock.window(),
+            Window {
+                local_steps: 0,
+                windows: 1
+            }
+        );
+        // Without a sync policy every loss is agreed and the window never moves.
+        let mut plain = Clock::new(shape).unwrap();
+        inputs.advance(&mut plain, 256, &mut 0);
+        inputs.advance(&mut plain, 256, &mut 0);
+        assert_eq!(
+            (plain.state().last_loss, plain.window()),
+            (Some(1.5), Window::default())
+        );
     }
 
     #[test]

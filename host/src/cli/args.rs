@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::plugin::{Cache, EngineOptions, Limits, PolicyKind, Runtime};
 use crate::policy::{Bounds, Clock, Composition, PolicySet, RunShape};
-use crate::trace::{Inputs, Norms, parse_series, read_input};
+use crate::trace::{Drift, Inputs, Norms, parse_series, read_input};
 
 /// The shape of the (possibly imaginary) run whose states the policies see.
 #[derive(Args, Debug, Clone)]
@@ -160,9 +160,14 @@ pub struct PolicyArgs {
     /// (`lars` with SGD, `lamb` with AdamW).
     #[arg(long, value_name = "PLUGIN")]
     pub layer_rate: Option<String>,
+    /// Synchronisation policy plugin (contract 0.5): which steps the ranks take on their own,
+    /// when they average, and the outer step on the averaged pseudo-gradient (`local-sgd`,
+    /// `post-local-sgd`, `diloco`, `adaptive-period`).
+    #[arg(long, value_name = "PLUGIN")]
+    pub sync: Option<String>,
     /// A plugin parameter, `schedule.KEY=VALUE`, `batch_size.KEY=VALUE`,
-    /// `label_smoothing.KEY=VALUE`, `codec.KEY=VALUE` or `layer_rate.KEY=VALUE`
-    /// (`schedule.N.KEY=VALUE` for part N of a composed schedule); repeatable.
+    /// `label_smoothing.KEY=VALUE`, `codec.KEY=VALUE`, `layer_rate.KEY=VALUE` or
+    /// `sync.KEY=VALUE` (`schedule.N.KEY=VALUE` for part N of a composed schedule); repeatable.
     #[arg(long = "set", value_name = "KIND.KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -176,6 +181,7 @@ impl PolicyArgs {
             (PolicyKind::LabelSmoothing, &self.label_smoothing),
             (PolicyKind::Codec, &self.codec),
             (PolicyKind::LayerRate, &self.layer_rate),
+            (PolicyKind::Sync, &self.sync),
         ];
         let settings = parse_settings(&self.set, &PolicyKind::EVERY.map(|k| k.set_prefix()))?;
         for (prefix, key, _) in &settings {
@@ -309,6 +315,15 @@ pub struct InputArgs {
     /// `step,name,role,shape,weight_norm,grad_norm,update_norm,weight_decay`.
     #[arg(long, value_name = "FILE")]
     pub norms_file: Option<PathBuf>,
+    /// The pseudo-gradient's norms a sync plugin's outer steps see: CSV
+    /// `step,name,role,shape,weight_norm,delta_norm,rank_delta_norm,momentum_norm,delta_dot_momentum`
+    /// (a header line and `#` comments skipped; role weight, bias or batchnorm; shape as
+    /// `32x1x3x3`; every listed step lists the same tensors, and a window ending at a step not
+    /// listed sees the latest listed step before it, the first before that). Without it, one
+    /// tensor `model` of shape 1 with weight, delta and rank-delta norms 1 and momentum norms
+    /// 0: every rank drifted alike, no outer momentum yet.
+    #[arg(long, value_name = "FILE")]
+    pub drift_file: Option<PathBuf>,
 }
 
 impl InputArgs {
@@ -327,6 +342,14 @@ impl InputArgs {
                 Some(p) => read_input(p, Norms::parse)?,
                 None => Norms::default(),
             },
+        })
+    }
+
+    /// The drift of `--drift-file`, or the default of one unit tensor.
+    pub fn drift(&self) -> Result<Drift> {
+        Ok(match &self.drift_file {
+            Some(p) => read_input(p, Drift::parse)?,
+            None => Drift::default(),
         })
     }
 }

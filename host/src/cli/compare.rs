@@ -110,12 +110,13 @@ pub fn run(args: CompareArgs) -> Result<bool> {
         kind,
         args.shape.clock()?,
         &inputs,
+        &args.inputs.drift()?,
         tolerance,
     )?;
     if args.format == Some(Format::Json) {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_text(&report, &a_label, &b_label, tolerance);
+        print_text(&report, kind, &a_label, &b_label, tolerance);
     }
     Ok(report.within_tolerance())
 }
@@ -204,9 +205,15 @@ fn print_codecs(r: &CodecReport, a: &str, b: &str, t: Tolerance) {
     }
 }
 
-fn print_text(r: &Report, a: &str, b: &str, t: Tolerance) {
+fn print_text(r: &Report, kind: PolicyKind, a: &str, b: &str, t: Tolerance) {
     println!("A: {a}\nB: {b}");
-    println!("compared {} over {} steps", r.call, r.steps);
+    match kind {
+        PolicyKind::Sync => println!(
+            "compared {} and, where both end a window, outer-step over {} steps",
+            r.call, r.steps
+        ),
+        _ => println!("compared {} over {} steps", r.call, r.steps),
+    }
     if let Some(d) = r.first_difference.filter(|d| d.output != r.call) {
         println!("first difference in: {}", d.output);
     }
@@ -214,14 +221,18 @@ fn print_text(r: &Report, a: &str, b: &str, t: Tolerance) {
     println!("max rel diff: {:e}", r.max_rel_diff);
     match &r.first_difference {
         None => println!("result: SAME ({})", rule(t)),
-        Some(d) => println!(
-            "result: DIFFERENT ({}): {} of {} steps differ; first at step {}: A = {}, B = {}",
-            rule(t),
-            r.differing_steps,
-            r.steps,
-            d.step,
-            d.a,
-            d.b
-        ),
+        Some(d) => {
+            let (va, vb) = match d.words {
+                Some([wa, wb]) => (wa.to_string(), wb.to_string()),
+                None => (d.a.to_string(), d.b.to_string()),
+            };
+            println!(
+                "result: DIFFERENT ({}): {} of {} steps differ; first at step {}: A = {va}, B = {vb}",
+                rule(t),
+                r.differing_steps,
+                r.steps,
+                d.step,
+            )
+        }
     }
 }

@@ -49,18 +49,21 @@ pub fn run(args: TraceArgs) -> Result<()> {
     if trace::needs_norms(&set) && inputs.norms.names().is_empty() {
         anyhow::bail!("tracing a --layer-rate plugin needs the tensors' norms: --norms-file FILE");
     }
-    let rows = trace::trace(&mut set, args.shape.clock()?, &inputs)?;
+    let drift = args.inputs.drift()?;
+    let rows = trace::trace_with_drift(&mut set, args.shape.clock()?, &inputs, &drift)?;
     let out: Box<dyn std::io::Write> = match &args.output {
         Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p)?)),
         None => Box::new(std::io::BufWriter::new(stdout().lock())),
     };
     match args.format {
-        Format::Csv => trace::write_csv(&rows, &inputs.norms.names(), out)?,
+        Format::Csv => trace::write_csv(&rows, &inputs.norms.names(), &drift.names(), out)?,
         Format::Json => trace::write_json(&rows, out)?,
     }
     if let Some(path) = &args.plot {
+        // The sync policy's name too: the lr panel is a window's inner rate.
         let names: Vec<String> = PolicyKind::ALL
             .iter()
+            .chain([&PolicyKind::Sync])
             .filter_map(|k| set.get(*k))
             .map(|p| p.info().name.clone())
             .collect();

@@ -1,21 +1,24 @@
 //! The bindings of every supported contract version behind one type: [`Plugin`] holds a
 //! [`Indices`] and a [`Bound`] and never needs to know which version it is talking to.
 //!
-//! The version modules share their code through two macros expanded inside them (where the
+//! The version modules share their code through macros expanded inside them (where the
 //! generated interface modules of that version are in scope): [`version_bindings!`] for
-//! what every version has, [`codec_calls!`] for the codec interface of 0.2 and later.
+//! what every version has, [`codec_calls!`] for the codec interface of 0.2 and later,
+//! [`layer_rate_calls!`] for 0.3 and later, [`momentum_calls!`] for the schedule's momentum of
+//! 0.4 and later. A call that only the latest version has (0.5's `sync`) lives in that
+//! version's module until a later version repeats it.
 //!
 //! [`Plugin`]: super::Plugin
 
 use lsgd_codec::{Meta, Properties};
-use lsgd_policy::{Info, State, TensorNorms, Value};
+use lsgd_policy::{Info, OuterStep, State, StepKind, TensorDrift, TensorNorms, Value, Window};
 use wasmtime::component::{Instance, InstancePre};
 use wasmtime::{AsContextMut, Result};
 
 use super::contract::{Binding, PolicyKind};
 use super::sandbox::Sandbox;
 use super::types::Output;
-use super::{v0_1, v0_2, v0_3, v0_4};
+use super::{v0_1, v0_2, v0_3, v0_4, v0_5};
 
 /// Everything a version's bindings share, expanded in the version's module (where its
 /// generated interface modules are in scope): `Indices` and `Bound` over the `plugin`
@@ -289,7 +292,27 @@ macro_rules! layer_rate_calls {
     };
 }
 
-pub(super) use {codec_calls, layer_rate_calls, version_bindings};
+/// `momentum` on a version's `Bound`, through its generated `schedule` module (0.4 and later).
+macro_rules! momentum_calls {
+    () => {
+        impl Bound {
+            /// Calls a schedule's `momentum` (unchecked: the caller applies the contract's
+            /// range).
+            pub fn momentum(
+                &self,
+                store: impl AsContextMut<Data = Sandbox>,
+                state: &State,
+            ) -> Result<Option<f64>> {
+                let KindFuncs::Schedule(f) = &self.kind else {
+                    wasmtime::bail!("not a schedule plugin");
+                };
+                f.call_momentum(store, train_state(state))
+            }
+        }
+    };
+}
+
+pub(super) use {codec_calls, layer_rate_calls, momentum_calls, version_bindings};
 
 /// Export indices of one component, in the bindings of its version.
 pub enum Indices {
@@ -301,6 +324,8 @@ pub enum Indices {
     V0_3(v0_3::Indices),
     /// `lsgd:policy@0.4.x`.
     V0_4(v0_4::Indices),
+    /// `lsgd:policy@0.5.x`.
+    V0_5(v0_5::Indices),
 }
 
 /// The typed functions of one live instance, in the bindings of its version.
@@ -313,6 +338,8 @@ pub enum Bound {
     V0_3(v0_3::Bound),
     /// `lsgd:policy@0.4.x`.
     V0_4(v0_4::Bound),
+    /// `lsgd:policy@0.5.x`.
+    V0_5(v0_5::Bound),
 }
 
 /// Runs the same expression on the bound functions of whichever version `$bound` holds.
@@ -323,6 +350,7 @@ macro_rules! each_version {
             Bound::V0_2($b) => $e,
             Bound::V0_3($b) => $e,
             Bound::V0_4($b) => $e,
+            Bound::V0_5($b) => $e,
         }
     };
 }
@@ -335,6 +363,7 @@ macro_rules! codec_versions {
             Bound::V0_2($b) => $e,
             Bound::V0_3($b) => $e,
             Bound::V0_4($b) => $e,
+            Bound::V0_5($b) => $e,
         }
     };
 }
@@ -346,6 +375,7 @@ macro_rules! since_0_3 {
         match $bound {
             Bound::V0_3($b) => $e,
             Bound::V0_4($b) => $e,
+            Bound::V0_5($b) => $e,
             Bound::V0_1(_) | Bound::V0_2(_) => {
                 wasmtime::bail!("contracts before 0.3 have no {} interface", $what)
             }
@@ -367,6 +397,7 @@ impl Indices {
             Binding::V0_2 => Indices::V0_2(v0_2::Indices::new(pre, kind, stateful)?),
             Binding::V0_3 => Indices::V0_3(v0_3::Indices::new(pre, kind, stateful)?),
             Binding::V0_4 => Indices::V0_4(v0_4::Indices::new(pre, kind, stateful)?),
+            Binding::V0_5 => Indices::V0_5(v0_5::Indices::new(pre, kind, stateful)?),
         })
     }
 
@@ -377,6 +408,7 @@ impl Indices {
             Indices::V0_2(i) => Bound::V0_2(i.bind(store, instance)?),
             Indices::V0_3(i) => Bound::V0_3(i.bind(store, instance)?),
             Indices::V0_4(i) => Bound::V0_4(i.bind(store, instance)?),
+            Indices::V0_5(i) => Bound::V0_5(i.bind(store, instance)?),
         })
     }
 }
@@ -409,6 +441,7 @@ impl Bound {
     ) -> Result<Option<f64>> {
         match self {
             Bound::V0_4(b) => b.momentum(store, state),
+            Bound::V0_5(b) => b.momentum(store, state),
             _ => Ok(None),
         }
     }
@@ -448,6 +481,7 @@ impl Bound {
     ) -> Result<std::result::Result<Vec<u8>, String>> {
         match self {
             Bound::V0_4(b) => b.next_state(store, meta, agreed),
+            Bound::V0_5(b) => b.next_state(store, meta, agreed),
             _ => wasmtime::bail!("contracts before 0.4 have no codec state"),
         }
     }
@@ -474,5 +508,32 @@ impl Bound {
         snapshot: &[u8],
     ) -> Result<std::result::Result<(), String>> {
         since_0_3!(self, "state", b => b.restore(store, snapshot))
+    }
+
+    /// Calls a sync plugin's `plan` (0.5 and later).
+    pub fn plan(
+        &self,
+        store: impl AsContextMut<Data = Sandbox>,
+        state: &State,
+        window: &Window,
+    ) -> Result<StepKind> {
+        match self {
+            Bound::V0_5(b) => b.plan(store, state, window),
+            _ => wasmtime::bail!("contracts before 0.5 have no sync interface"),
+        }
+    }
+
+    /// Calls a sync plugin's `outer-step` (0.5 and later).
+    pub fn outer_step(
+        &self,
+        store: impl AsContextMut<Data = Sandbox>,
+        state: &State,
+        window: &Window,
+        tensors: &[TensorDrift],
+    ) -> Result<OuterStep> {
+        match self {
+            Bound::V0_5(b) => b.outer_step(store, state, window, tensors),
+            _ => wasmtime::bail!("contracts before 0.5 have no sync interface"),
+        }
     }
 }

@@ -25,6 +25,9 @@ pub enum PolicyKind {
     /// `multipliers(state, tensors) -> list<f64>`: one LR multiplier per parameter tensor
     /// (contract 0.3 and later).
     LayerRate,
+    /// `plan(state, window) -> step-kind` before each step and `outer-step` at a window's end:
+    /// when the ranks synchronise (contract 0.5 and later).
+    Sync,
 }
 
 impl PolicyKind {
@@ -35,13 +38,15 @@ impl PolicyKind {
         PolicyKind::LabelSmoothing,
     ];
 
-    /// Every kind: [`PolicyKind::ALL`], the gradient codec and the layer-wise rate.
-    pub const EVERY: [PolicyKind; 5] = [
+    /// Every kind: [`PolicyKind::ALL`], the gradient codec, the layer-wise rate and the sync
+    /// policy. New kinds go last, so that the slots of older checkpoints keep their order.
+    pub const EVERY: [PolicyKind; 6] = [
         PolicyKind::BatchSize,
         PolicyKind::Schedule,
         PolicyKind::LabelSmoothing,
         PolicyKind::Codec,
         PolicyKind::LayerRate,
+        PolicyKind::Sync,
     ];
 
     /// The WIT interface name.
@@ -52,6 +57,7 @@ impl PolicyKind {
             PolicyKind::LabelSmoothing => "label-smoothing",
             PolicyKind::Codec => "codec",
             PolicyKind::LayerRate => "layer-rate",
+            PolicyKind::Sync => "sync",
         }
     }
 
@@ -63,6 +69,7 @@ impl PolicyKind {
             PolicyKind::LabelSmoothing => "label-smoothing-plugin",
             PolicyKind::Codec => "codec-plugin",
             PolicyKind::LayerRate => "layer-rate-plugin",
+            PolicyKind::Sync => "sync-plugin",
         }
     }
 
@@ -74,6 +81,7 @@ impl PolicyKind {
             PolicyKind::LabelSmoothing => "epsilon",
             PolicyKind::Codec => "encode",
             PolicyKind::LayerRate => "multipliers",
+            PolicyKind::Sync => "plan",
         }
     }
 
@@ -85,6 +93,7 @@ impl PolicyKind {
             PolicyKind::LabelSmoothing => "label_smoothing",
             PolicyKind::Codec => "codec",
             PolicyKind::LayerRate => "layer_rate",
+            PolicyKind::Sync => "sync",
         }
     }
 
@@ -96,6 +105,7 @@ impl PolicyKind {
             PolicyKind::LabelSmoothing => "--label-smoothing",
             PolicyKind::Codec => "--codec",
             PolicyKind::LayerRate => "--layer-rate",
+            PolicyKind::Sync => "--sync",
         }
     }
 
@@ -161,6 +171,11 @@ pub const SUPPORTED: &[Version] = &[
         minor: 4,
         patch: 0,
     },
+    Version {
+        major: 0,
+        minor: 5,
+        patch: 0,
+    },
 ];
 
 /// The interface a stateful plugin exports besides its kind's (contract 0.3 and later).
@@ -177,6 +192,8 @@ pub enum Binding {
     V0_3,
     /// `lsgd:policy@0.4.x`, bound by [`super::v0_4`].
     V0_4,
+    /// `lsgd:policy@0.5.x`, bound by [`super::v0_5`].
+    V0_5,
 }
 
 /// What a component's exports say about it.
@@ -214,7 +231,7 @@ impl Contract {
             return Err(format!(
                 "not an lsgd policy plugin: it exports {shown}, but a plugin exports \
                  {PACKAGE}/plugin and one of {PACKAGE}/schedule, /batch-size, /label-smoothing, \
-                 /codec, /layer-rate"
+                 /codec, /layer-rate, /sync"
             ));
         }
         let mut versions: Vec<&str> = ours.iter().map(|(_, v)| *v).collect();
@@ -258,7 +275,7 @@ impl Contract {
             }),
             [] => Err(format!(
                 "exports no policy interface: expected one of {PACKAGE}/schedule, \
-                 /batch-size, /label-smoothing, /codec or /layer-rate @{version}"
+                 /batch-size, /label-smoothing, /codec, /layer-rate or /sync @{version}"
             )),
             many => Err(format!(
                 "exports several policy interfaces ({}); a plugin targets exactly one world",
@@ -282,6 +299,7 @@ fn binding_for(v: Version) -> Result<Binding, String> {
         (0, 2) => Ok(Binding::V0_2),
         (0, 3) => Ok(Binding::V0_3),
         (0, 4) => Ok(Binding::V0_4),
+        (0, 5) => Ok(Binding::V0_5),
         (0, _) if v > *SUPPORTED.last().expect("at least one version") => Err(format!(
             "built against {PACKAGE}@{v}, newer than this host ({supported}); upgrade lsgd-host"
         )),
@@ -350,8 +368,30 @@ mod tests {
     }
 
     #[test]
+    fn a_sync_plugin_of_0_5_is_detected_stateful_or_not() {
+        let c = detect(&["lsgd:policy/plugin@0.5.0", "lsgd:policy/sync@0.5.0"]).unwrap();
+        assert_eq!(
+            (c.kind, c.binding, c.stateful),
+            (PolicyKind::Sync, Binding::V0_5, false)
+        );
+        let c = detect(&[
+            "lsgd:policy/plugin@0.5.0",
+            "lsgd:policy/sync@0.5.0",
+            "lsgd:policy/state@0.5.0",
+        ])
+        .unwrap();
+        assert_eq!((c.kind, c.stateful), (PolicyKind::Sync, true));
+        // Every older kind still loads at 0.5.
+        let c = detect(&["lsgd:policy/plugin@0.5.0", "lsgd:policy/schedule@0.5.0"]).unwrap();
+        assert_eq!((c.kind, c.binding), (PolicyKind::Schedule, Binding::V0_5));
+        assert_eq!(PolicyKind::Sync.flag(), "--sync");
+        assert_eq!(PolicyKind::Sync.set_prefix(), "sync");
+    }
+
+    #[test]
     fn a_newer_minor_version_asks_for_a_newer_host() {
-        let e = detect(&["lsgd:policy/plugin@0.5.0", "lsgd:policy/schedule@0.5.0"]).unwrap_err();
+        let e = detect(&["lsgd:policy/plugin@0.6.0", "lsgd:policy/sync@0.6.0"]).unwrap_err();
         assert!(e.contains("upgrade lsgd-host"), "{e}");
+        assert!(e.contains("0.1, 0.2, 0.3, 0.4, 0.5"), "{e}");
     }
 }

@@ -5,7 +5,8 @@
 //! A stateful plugin (contract 0.3's `state` interface) is snapshotted before its first call at
 //! each step, and a fresh instance is restored from that snapshot, so a fault loses nothing:
 //! the retried call sees the state the failed one saw, and a checkpoint taken after a fault
-//! holds the state from before the failed step.
+//! holds the state from before the failed step. A step's first call is whichever comes first
+//! (a sync plugin's `plan`, then its `outer-step` later in the same step).
 //!
 //! Every call runs on a [`Budget`]: fuel, counted in WebAssembly instructions and so the same on
 //! every rank, and a wall-clock backstop (the epoch deadline). A codec call that finishes but
@@ -14,7 +15,7 @@
 use std::time::Instant;
 
 use lsgd_codec::{Meta, Properties};
-use lsgd_policy::{Info, State, TensorNorms, Value};
+use lsgd_policy::{Info, OuterStep, State, StepKind, TensorDrift, TensorNorms, Value, Window};
 use wasmtime::component::InstancePre;
 use wasmtime::{Engine, Store, Trap, WasmBacktrace};
 
@@ -395,6 +396,33 @@ impl Plugin {
             Some(state.step),
             Budget::Policy,
             |b, store| b.multipliers(store, state, tensors),
+        )
+    }
+
+    /// Calls a sync plugin's `plan` for `state` at `window` (contract 0.5). Raw output: which
+    /// kinds the window allows, and the run's last step, are the caller's to apply.
+    pub fn plan(&mut self, state: &State, window: &Window) -> Result<StepKind, PluginError> {
+        self.before_call(state.step)?;
+        self.invoke("plan", Some(state.step), Budget::Policy, |b, store| {
+            b.plan(store, state, window)
+        })
+    }
+
+    /// Calls a sync plugin's `outer-step` for the window `state.step` ended (`window` as
+    /// `plan` saw it). Raw output: the contract's ranges are the caller's to check, like
+    /// [`Plugin::multipliers`]'.
+    pub fn outer_step(
+        &mut self,
+        state: &State,
+        window: &Window,
+        tensors: &[TensorDrift],
+    ) -> Result<OuterStep, PluginError> {
+        self.before_call(state.step)?;
+        self.invoke(
+            "outer-step",
+            Some(state.step),
+            Budget::Policy,
+            |b, store| b.outer_step(store, state, window, tensors),
         )
     }
 

@@ -2,7 +2,7 @@
 //!
 //! - [`runtime`]: the engine, linker, epoch ticker and cache shared by all plugins;
 //! - [`contract`]: which world and WIT version a component implements;
-//! - [`v0_1`] to [`v0_4`]: host bindings of `lsgd:policy@0.1` to `@0.4`, and
+//! - [`v0_1`] to [`v0_5`]: host bindings of `lsgd:policy@0.1` to `@0.5`, and
 //!   [`binding`], which puts them behind one type (with the macros they share);
 //! - [`types`]: what does not change between versions — [`Output`], the generated types of
 //!   the latest version's WIT `types` interface (every version's bindings map theirs onto
@@ -40,6 +40,7 @@ pub mod v0_1;
 pub mod v0_2;
 pub mod v0_3;
 pub mod v0_4;
+pub mod v0_5;
 mod waits;
 pub mod words;
 

@@ -2,11 +2,11 @@
 //! and from `lsgd_policy`'s plain Rust types, written once.
 //!
 //! This module generates the Rust types of the WIT `types` interface of the latest contract
-//! version ([`wit`]); the bindings of every version (`v0_1` to `v0_4`) map their own `types`
+//! version ([`wit`]); the bindings of every version (`v0_1` to `v0_5`) map their own `types`
 //! interface onto them with bindgen's `with:` (the records are structurally identical, which
 //! wasmtime checks when it binds a component), so every version's `describe`, `configure` and
 //! policy calls go through the one set of conversions below, and imports run one way, from the
-//! versions to here. Adding `v0_5` means pointing the bindgen below at `wit/v0.5.0` and mapping
+//! versions to here. Adding `v0_6` means pointing the bindgen below at `wit/v0.6.0` and mapping
 //! each version's `types` onto it, as Zed's extension host
 //! (`crates/extension_host/src/wasm_host/wit/`) maps each version onto the latest. An
 //! interface that changes in a new version is converted in that version's module instead.
@@ -17,8 +17,8 @@ mod bindings {
     // Only the `types` interface of the latest version, through a world that imports nothing
     // else.
     wasmtime::component::bindgen!({
-        path: "../../wit/v0.4.0",
-        inline: "package lsgd:host; world types { import lsgd:policy/types@0.4.0; }",
+        path: "../../wit/v0.5.0",
+        inline: "package lsgd:host; world types { import lsgd:policy/types@0.5.0; }",
     });
 }
 

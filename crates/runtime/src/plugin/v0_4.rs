@@ -7,7 +7,7 @@ use lsgd_policy::{Info, Role, State, TensorNorms, Value};
 use wasmtime::component::{Instance, InstancePre};
 use wasmtime::{AsContextMut, Result};
 
-use super::binding::{codec_calls, layer_rate_calls, version_bindings};
+use super::binding::{codec_calls, layer_rate_calls, momentum_calls, version_bindings};
 use super::contract::PolicyKind;
 use super::sandbox::Sandbox;
 use super::types::{Output, train_state};
@@ -36,17 +36,4 @@ version_bindings! {
 }
 codec_calls!(state);
 layer_rate_calls!();
-
-impl Bound {
-    /// Calls a schedule's `momentum` (unchecked: the caller applies the contract's range).
-    pub fn momentum(
-        &self,
-        store: impl AsContextMut<Data = Sandbox>,
-        state: &State,
-    ) -> Result<Option<f64>> {
-        let KindFuncs::Schedule(f) = &self.kind else {
-            wasmtime::bail!("not a schedule plugin");
-        };
-        f.call_momentum(store, train_state(state))
-    }
-}
+momentum_calls!();

@@ -75,6 +75,7 @@ pub static CLI: Words = Words {
         ),
         (Knob::Plugin(PolicyKind::Codec), "--codec"),
         (Knob::Plugin(PolicyKind::LayerRate), "--layer-rate"),
+        (Knob::Plugin(PolicyKind::Sync), "--sync"),
         (Knob::Epochs, "--epochs"),
         (Knob::WorldSize, "--world-size"),
         (Knob::GlobalBatch, "--global-batch"),

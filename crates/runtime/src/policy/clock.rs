@@ -4,8 +4,12 @@
 //! `samples_seen / samples_per_epoch`. While the batch is constant this equals
 //! `step / steps_per_epoch` bit for bit (both are correctly rounded quotients of the same
 //! rational number), which is the clock Goyal et al. use.
+//!
+//! With a sync policy the clock also keeps the run's place in its synchronisation windows
+//! ([`Window`]), so that the trainer, `trace`, `compare` and lsgd-torch count windows alike:
+//! each step's plan goes through [`Clock::pass`] beside [`Clock::advance`].
 
-use lsgd_policy::State;
+use lsgd_policy::{State, StepKind, Window};
 
 use crate::plugin::words::{CLI, Knob, Words};
 use crate::{Error, Result};
@@ -77,7 +81,7 @@ fn shape(message: impl Into<String>) -> Error {
     Error::Shape(message.into())
 }
 
-/// Where training is: step, samples consumed, last loss and metric.
+/// Where training is: step, samples consumed, last loss and metric, synchronisation window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Clock {
     shape: RunShape,
@@ -85,6 +89,7 @@ pub struct Clock {
     samples_seen: u64,
     last_loss: Option<f64>,
     last_metric: Option<f64>,
+    window: Window,
 }
 
 impl Clock {
@@ -97,10 +102,12 @@ impl Clock {
             samples_seen: 0,
             last_loss: None,
             last_metric: None,
+            window: Window::default(),
         })
     }
 
-    /// A clock where a checkpointed run stopped: `step` steps taken, `samples_seen` consumed.
+    /// A clock where a checkpointed run stopped: `step` steps taken, `samples_seen` consumed;
+    /// with a sync policy, [`Clock::set_window`] puts its window back.
     pub fn resume(
         shape: RunShape,
         step: u64,
@@ -114,6 +121,7 @@ impl Clock {
             samples_seen,
             last_loss,
             last_metric,
+            window: Window::default(),
         }
     }
 
@@ -180,6 +188,30 @@ impl Clock {
     pub fn set_metric(&mut self, metric: f64) {
         self.last_metric = Some(metric);
     }
+
+    /// Records a loss the ranks agreed on after the step ended: a window's steps
+    /// [`Clock::advance`] with no loss (nothing is exchanged inside a window), and the mean
+    /// loss is set once the window's end has agreed it.
+    pub fn set_loss(&mut self, loss: f64) {
+        self.last_loss = Some(loss);
+    }
+
+    /// Where the run stands in its synchronisation windows before the step about to be taken:
+    /// what a sync policy's `plan` sees.
+    pub fn window(&self) -> Window {
+        self.window
+    }
+
+    /// Records that the step just planned moved as `kind` (called once per step, beside
+    /// [`Clock::advance`], by everything that runs a sync policy).
+    pub fn pass(&mut self, kind: StepKind) {
+        self.window = self.window.after(kind);
+    }
+
+    /// Puts the window of a checkpointed run back (a resume).
+    pub fn set_window(&mut self, window: Window) {
+        self.window = window;
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +261,55 @@ mod tests {
         assert_eq!(s.total_steps, 100 + 100);
         assert_eq!(s.global_batch, 512);
         assert_eq!(s.worker_batch, 128);
+    }
+
+    #[test]
+    fn the_window_counts_local_steps_and_ends_with_average_or_synchronous() {
+        let mut c = Clock::new(shape()).unwrap();
+        assert_eq!(c.window(), Window::default());
+        for kind in [StepKind::Local, StepKind::Local] {
+            c.pass(kind);
+            c.advance(256, None);
+        }
+        assert_eq!(
+            c.window(),
+            Window {
+                local_steps: 2,
+                windows: 0
+            }
+        );
+        c.pass(StepKind::Average);
+        assert_eq!(
+            c.window(),
+            Window {
+                local_steps: 0,
+                windows: 1
+            }
+        );
+        c.pass(StepKind::Synchronous);
+        c.pass(StepKind::Local);
+        assert_eq!(
+            c.window(),
+            Window {
+                local_steps: 1,
+                windows: 1
+            }
+        );
+        // A resume starts at the default window until the checkpoint's is put back.
+        let mut r = Clock::resume(shape(), 4, 4 * 256, None, None);
+        assert_eq!(r.window(), Window::default());
+        r.set_window(c.window());
+        assert_eq!(r.window(), c.window());
+    }
+
+    #[test]
+    fn a_loss_agreed_after_the_step_becomes_the_last_loss() {
+        let mut c = Clock::new(shape()).unwrap();
+        c.advance(256, Some(2.0));
+        c.advance(256, None);
+        assert_eq!(c.state().last_loss, Some(2.0));
+        c.set_loss(1.5);
+        assert_eq!(c.state().last_loss, Some(1.5));
     }
 
     #[test]

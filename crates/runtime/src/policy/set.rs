@@ -2,11 +2,17 @@
 //! the batch-size policy first (it sees the configured batch), then the schedule and the
 //! label-smoothing policy (they see the batch it returned). Every output is range-checked here,
 //! so a bad value stops training with an error that names the plugin, the call and the step.
+//! The sync policy's `plan` comes last in [`PolicySet::decide`] (it sees the same state and the
+//! clock's window); its `outer-step` at a window's end ([`PolicySet::outer_step`]).
 //! The layer-rate policy is asked later in the step, once the gradients are summed
 //! ([`PolicySet::layer_rates`]), and the codec by the trainer's gradient exchange. The schedule
 //! may be several plugins composed ([`Composition`]); each part is a plugin of its own.
+//!
+//! The rules a plan obeys are the runtime's, so that training, `trace`, `compare` and
+//! lsgd-torch apply them alike ([`check_plan`]): `synchronous` only at a window's start, and a
+//! `local` answer at the run's last step becomes `average`, so a run ends with one model.
 
-use lsgd_policy::{State, TensorNorms};
+use lsgd_policy::{OuterStep, State, StepKind, TensorDrift, TensorNorms, Window};
 
 use super::clock::Clock;
 use super::compose::Composition;
@@ -27,6 +33,11 @@ pub struct Decision {
     pub global_batch: u32,
     /// Label-smoothing epsilon.
     pub label_smoothing: f32,
+    /// How the step moves, from the sync policy (contract 0.5) with the final-step rule
+    /// applied; `None` without a sync plugin (every step synchronous).
+    pub plan: Option<StepKind>,
+    /// The synchronisation window the plan saw: the clock's before this step.
+    pub window: Window,
 }
 
 /// Output limits that are the host's to choose.
@@ -73,13 +84,19 @@ struct Holding {
     in_a_row: u32,
 }
 
-/// A held output: a policy's value, a schedule's rates or a layer-rate plugin's multipliers.
+/// A held output: a policy's value, a schedule's rates, a layer-rate plugin's multipliers, a
+/// sync plugin's plan or outer step.
 #[derive(Clone)]
 enum HeldOutput {
     Value(f64),
     Rates(f64, Option<f64>),
     Multipliers(Vec<f64>),
+    Plan(StepKind),
+    Outer(OuterStep),
 }
+
+/// The number of policy kinds: the size of every array indexed by kind.
+const KINDS: usize = PolicyKind::EVERY.len();
 
 /// A plugin's place in a [`PolicySet`]: its kind and, for a composed schedule, its part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,18 +127,21 @@ pub use lsgd_policy::NativeFn;
 /// step's LR).
 pub struct PolicySet {
     /// The plugin of each kind, by [`PolicyKind::EVERY`] index (a composed schedule's part 0).
-    plugins: [Option<Plugin>; 5],
+    plugins: [Option<Plugin>; KINDS],
     /// A composed schedule's parts after the first.
     later: Vec<Plugin>,
     /// How the schedule's parts make one.
     composition: Composition,
     /// Native twins answering instead of the plugins, by the same index; only `bench train`
     /// sets them, to price the sandbox inside a real training loop.
-    native: [Option<NativeFn>; 5],
+    native: [Option<NativeFn>; KINDS],
     bounds: Bounds,
     on_fault: OnFault,
-    /// By the same index.
-    holding: [Holding; 5],
+    /// By the same index (a sync plugin's plan in its kind's entry).
+    holding: [Holding; KINDS],
+    /// A sync plugin's outer step: a second output of one plugin, held apart from its plan
+    /// because the two are asked at different points of a step.
+    holding_outer: Holding,
     /// Faults absorbed since the last [`PolicySet::take_held`].
     held: Vec<Held>,
 }
@@ -146,6 +166,7 @@ impl PolicySet {
             bounds,
             on_fault: OnFault::Abort,
             holding: Default::default(),
+            holding_outer: Holding::default(),
             held: Vec::new(),
         };
         for p in plugins {
@@ -414,7 +435,21 @@ impl PolicySet {
         i: usize,
         result: Result<HeldOutput, (usize, PluginError)>,
     ) -> Result<HeldOutput, PluginError> {
-        let holding = &mut self.holding[i];
+        self.hold_in(i, false, result)
+    }
+
+    /// [`PolicySet::hold`] for the plugin in slot `i`, keeping the output in its kind's entry
+    /// or, with `outer`, in the sync plugin's outer-step entry.
+    fn hold_in(
+        &mut self,
+        i: usize,
+        outer: bool,
+        result: Result<HeldOutput, (usize, PluginError)>,
+    ) -> Result<HeldOutput, PluginError> {
+        let holding = match outer {
+            true => &mut self.holding_outer,
+            false => &mut self.holding[i],
+        };
         let (part, fault) = match result {
             Ok(out) => {
                 holding.last = Some(out.clone());
@@ -476,6 +511,50 @@ impl PolicySet {
         }
     }
 
+    /// The sync policy's plan for `state` at `window` (checked, the final-step rule applied);
+    /// `None` without a sync plugin. A held plan obeys the rules of the step it is held for.
+    fn plan(&mut self, state: &State, window: &Window) -> Result<Option<StepKind>, PluginError> {
+        let i = index(PolicyKind::Sync);
+        let Some(p) = &mut self.plugins[i] else {
+            return Ok(None);
+        };
+        let result = check_plan(p, state, window)
+            .map(HeldOutput::Plan)
+            .map_err(|e| (0, e));
+        let fresh = result.is_ok();
+        let kind = match self.hold(i, result)? {
+            HeldOutput::Plan(k) => k,
+            _ => unreachable!("a sync plugin holds a plan"),
+        };
+        if fresh {
+            return Ok(Some(kind));
+        }
+        let label = self.plugins[i].as_ref().map_or("", |p| p.label());
+        plan_rules(label, state, window, kind, true).map(Some)
+    }
+
+    /// The outer step of the window `state.step` ended, `window` being the window its plan saw
+    /// ([`Decision::window`]), for the drift of `tensors`, checked ([`check_outer_step`]);
+    /// `None` without a sync plugin. Called after a step whose plan was `average`.
+    pub fn outer_step(
+        &mut self,
+        state: &State,
+        window: &Window,
+        tensors: &[TensorDrift],
+    ) -> Result<Option<OuterStep>, PluginError> {
+        let i = index(PolicyKind::Sync);
+        let Some(p) = &mut self.plugins[i] else {
+            return Ok(None);
+        };
+        let result = check_outer_step(p, state, window, tensors)
+            .map(HeldOutput::Outer)
+            .map_err(|e| (0, e));
+        match self.hold_in(i, true, result)? {
+            HeldOutput::Outer(o) => Ok(Some(o)),
+            _ => unreachable!("a sync plugin holds an outer step"),
+        }
+    }
+
     /// Asks every policy for this step's values.
     pub fn decide(&mut self, clock: &Clock) -> Result<Decision, PluginError> {
         let configured = clock.state();
@@ -490,12 +569,16 @@ impl PolicySet {
         let label_smoothing = self
             .ask(PolicyKind::LabelSmoothing, &state)?
             .map_or(0.0, |e| e as f32);
+        let window = clock.window();
+        let plan = self.plan(&state, &window)?;
         Ok(Decision {
             state,
             lr,
             momentum,
             global_batch,
             label_smoothing,
+            plan,
+            window,
         })
     }
 }
@@ -590,5 +673,277 @@ pub fn check_multipliers(
                 .at_step(state.step),
         ),
         None => Ok(out),
+    }
+}
+
+/// Calls a sync `plugin`'s `plan` and applies the contract's rules ([`plan_rules`]): a
+/// `synchronous` answer inside a window is refused, and a `local` one at the run's last step
+/// becomes `average`.
+pub fn check_plan(
+    plugin: &mut Plugin,
+    state: &State,
+    window: &Window,
+) -> Result<StepKind, PluginError> {
+    let kind = match plugin.plan(state, window) {
+        // As in check_output: one retry on a fresh (restored) instance.
+        Err(e) if matches!(e.fault, Fault::Deadline { .. }) => plugin.plan(state, window)?,
+        r => r?,
+    };
+    plan_rules(plugin.label(), state, window, kind, false)
+}
+
+/// The rules a plan obeys at `state`'s step and `window`, for the plan `kind` of `plugin`
+/// (`held`: an output held from an earlier step after a fault): `synchronous` only at a
+/// window's start, since the ranks' weights differ once a window has begun and only
+/// `average` brings them together; at the run's last step (`total-steps` = `step` + 1) `local`
+/// becomes `average`, so a run ends with one model.
+pub fn plan_rules(
+    plugin: &str,
+    state: &State,
+    window: &Window,
+    kind: StepKind,
+    held: bool,
+) -> Result<StepKind, PluginError> {
+    if kind == StepKind::Synchronous && window.local_steps > 0 {
+        let what = match held {
+            true => "synchronous (held from an earlier step after a fault)",
+            false => "synchronous",
+        };
+        let m = format!(
+            "{what} after {} local steps; end the window with average first",
+            window.local_steps
+        );
+        return Err(PluginError::new(plugin, "plan", Fault::BadOutput(m)).at_step(state.step));
+    }
+    let last = state.total_steps == state.step + 1;
+    Ok(match kind {
+        StepKind::Local if last => StepKind::Average,
+        kind => kind,
+    })
+}
+
+/// Calls a sync `plugin`'s `outer-step` for `tensors` and applies the contract's checks
+/// ([`outer_step_problem`]).
+pub fn check_outer_step(
+    plugin: &mut Plugin,
+    state: &State,
+    window: &Window,
+    tensors: &[TensorDrift],
+) -> Result<OuterStep, PluginError> {
+    let out = match plugin.outer_step(state, window, tensors) {
+        // As in check_output: one retry on a fresh (restored) instance.
+        Err(e) if matches!(e.fault, Fault::Deadline { .. }) => {
+            plugin.outer_step(state, window, tensors)?
+        }
+        r => r?,
+    };
+    match outer_step_problem(&out, tensors) {
+        Some(m) => Err(
+            PluginError::new(plugin.label(), "outer-step", Fault::BadOutput(m)).at_step(state.step),
+        ),
+        None => Ok(out),
+    }
+}
+
+/// What is wrong with an outer step for `tensors`, naming the tensor where one is concerned;
+/// `None` when it is within the contract: lr finite and >= 0, momentum finite and in [0, 1),
+/// `lr-scale` empty or one finite value >= 0 per tensor.
+pub fn outer_step_problem(o: &OuterStep, tensors: &[TensorDrift]) -> Option<String> {
+    if !(o.lr.is_finite() && o.lr >= 0.0) {
+        return Some(format!("outer lr {}: must be finite and >= 0", o.lr));
+    }
+    if !(o.momentum.is_finite() && (0.0..1.0).contains(&o.momentum)) {
+        return Some(format!(
+            "outer momentum {}: must be finite and in [0, 1)",
+            o.momentum
+        ));
+    }
+    if !o.lr_scale.is_empty() && o.lr_scale.len() != tensors.len() {
+        return Some(format!(
+            "{} lr-scale entries for {} parameter tensors (empty, or one per tensor)",
+            o.lr_scale.len(),
+            tensors.len()
+        ));
+    }
+    o.lr_scale
+        .iter()
+        .zip(tensors)
+        .find(|(m, _)| !(m.is_finite() && **m >= 0.0))
+        .map(|(m, t)| format!("lr-scale {m} for {}: must be finite and >= 0", t.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use lsgd_policy::Role;
+
+    use super::*;
+
+    /// The state of `step` in a run of `total` steps.
+    fn state(step: u64, total: u64) -> State {
+        State {
+            step,
+            total_steps: total,
+            ..State::default()
+        }
+    }
+
+    fn window(local_steps: u32) -> Window {
+        Window {
+            local_steps,
+            windows: 3,
+        }
+    }
+
+    #[test]
+    fn a_local_plan_at_the_last_step_becomes_average() {
+        let rule = |step, kind| plan_rules("s.wasm", &state(step, 10), &window(2), kind, false);
+        assert_eq!(rule(8, StepKind::Local).unwrap(), StepKind::Local);
+        assert_eq!(rule(9, StepKind::Local).unwrap(), StepKind::Average);
+        assert_eq!(rule(9, StepKind::Average).unwrap(), StepKind::Average);
+        let first = plan_rules(
+            "s.wasm",
+            &state(9, 10),
+            &window(0),
+            StepKind::Synchronous,
+            false,
+        );
+        assert_eq!(first.unwrap(), StepKind::Synchronous);
+    }
+
+    #[test]
+    fn synchronous_inside_a_window_is_refused_naming_plugin_call_and_step() {
+        let e = plan_rules(
+            "s.wasm",
+            &state(5, 10),
+            &window(2),
+            StepKind::Synchronous,
+            false,
+        )
+        .unwrap_err();
+        assert!(matches!(e.fault, Fault::BadOutput(_)));
+        assert_eq!(
+            e.to_string(),
+            "plugin s.wasm: plan at step 5: returned an invalid value: synchronous after 2 local \
+             steps; end the window with average first"
+        );
+        // A plan held after a fault obeys the same rule, and says it was held.
+        let e = plan_rules(
+            "s.wasm",
+            &state(5, 10),
+            &window(1),
+            StepKind::Synchronous,
+            true,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("held from an earlier step"), "{e}");
+        let held = plan_rules("s.wasm", &state(9, 10), &window(1), StepKind::Local, true);
+        assert_eq!(held.unwrap(), StepKind::Average);
+    }
+
+    fn drift(name: &str) -> TensorDrift {
+        TensorDrift {
+            name: name.into(),
+            shape: vec![4],
+            role: Role::Bias,
+            weight_norm: 1.0,
+            delta_norm: 0.5,
+            rank_delta_norm: 0.5,
+            momentum_norm: 0.0,
+            delta_dot_momentum: 0.0,
+        }
+    }
+
+    #[test]
+    fn outer_steps_outside_the_contract_are_named_with_their_tensor() {
+        let tensors = [drift("fc.weight"), drift("fc.bias")];
+        let diloco = OuterStep {
+            lr: 0.7,
+            momentum: 0.9,
+            nesterov: true,
+            lr_scale: Vec::new(),
+        };
+        let problem = |o: OuterStep| outer_step_problem(&o, &tensors);
+        assert_eq!(problem(diloco.clone()), None);
+        assert_eq!(problem(OuterStep::average()), None);
+        let zero = OuterStep {
+            lr: 0.0,
+            momentum: 0.0,
+            lr_scale: vec![0.0, 3.0],
+            ..diloco.clone()
+        };
+        assert_eq!(problem(zero), None);
+        let cases = [
+            (
+                OuterStep {
+                    lr: f64::NAN,
+                    ..diloco.clone()
+                },
+                "outer lr NaN: must be finite and >= 0",
+            ),
+            (
+                OuterStep {
+                    lr: -0.1,
+                    ..diloco.clone()
+                },
+                "outer lr -0.1: must be finite and >= 0",
+            ),
+            (
+                OuterStep {
+                    momentum: 1.0,
+                    ..diloco.clone()
+                },
+                "outer momentum 1: must be finite and in [0, 1)",
+            ),
+            (
+                OuterStep {
+                    momentum: f64::INFINITY,
+                    ..diloco.clone()
+                },
+                "outer momentum inf: must be finite and in [0, 1)",
+            ),
+            (
+                OuterStep {
+                    lr_scale: vec![1.0],
+                    ..diloco.clone()
+                },
+                "1 lr-scale entries for 2 parameter tensors (empty, or one per tensor)",
+            ),
+            (
+                OuterStep {
+                    lr_scale: vec![1.0, -2.0],
+                    ..diloco.clone()
+                },
+                "lr-scale -2 for fc.bias: must be finite and >= 0",
+            ),
+            (
+                OuterStep {
+                    lr_scale: vec![f64::NAN, 1.0],
+                    ..diloco
+                },
+                "lr-scale NaN for fc.weight: must be finite and >= 0",
+            ),
+        ];
+        for (o, want) in cases {
+            assert_eq!(problem(o).as_deref(), Some(want));
+        }
+    }
+
+    #[test]
+    fn a_set_without_a_sync_plugin_plans_nothing() {
+        let mut set = PolicySet::new(Vec::new(), Bounds::default()).unwrap();
+        let clock = Clock::new(super::super::RunShape {
+            epochs: 1,
+            samples_per_epoch: 1024,
+            initial_batch: 256,
+            world_size: 4,
+            base_lr: 0.1,
+            reference_batch: 256,
+        })
+        .unwrap();
+        let d = set.decide(&clock).unwrap();
+        assert_eq!((d.plan, d.window), (None, Window::default()));
+        let o = set.outer_step(&d.state, &d.window, &[drift("w")]).unwrap();
+        assert_eq!(o, None);
+        assert!(set.get(PolicyKind::Sync).is_none());
     }
 }
