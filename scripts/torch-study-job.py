@@ -62,6 +62,30 @@ DDP bucket (--bucket-mb 25 > the model's 1.7 MB; the hook hangs on gloo with sev
 flight, crates/python/bench/bench_comm.py); the script checks that every step called the hook
 once.
 
+`--sync local-sgd|post-local-sgd|diloco` replicates lsgd-host's sync policies of the same
+names (`--sync PLUGIN --set sync.period=H ...`) with PyTorch's own pieces where it has them:
+
+- local-sgd: no DDP (each rank steps on its own shard's mean gradient), then
+  `torch.distributed.algorithms.model_averaging.averagers.PeriodicModelAverager(period=H,
+  warmup_steps=H-1)` after every optimizer step, which averages the parameters after steps
+  H-1, 2H-1, ... (the plugin's "average when (step+1) % H == 0"); `--last-average` also
+  averages after the run's last step, as lsgd-host ends a run's last window;
+- post-local-sgd: DDP with `post_localSGD_hook` (`PostLocalSGDState(start_localSGD_iter=W,
+  post_local_gradient_allreduce=False)`: gradients all-reduced for the first W steps, then
+  each rank's own) and `PeriodicModelAverager(period=H, warmup_steps=W)`, as PyTorch's
+  `PostLocalSGDOptimizer` runs it;
+- diloco: the algorithm of Douillard et al. (2023) written out, there being no CPU class for it
+  in PyTorch: every H steps the pseudo-gradient theta_global - mean_k theta_k (the mean as
+  `average_parameters` forms it: each rank's theta_k / k, all-reduced) becomes theta_global's
+  gradient for a
+  `torch.optim.SGD(lr=--outer-lr, momentum=--outer-momentum, nesterov=True)` step, and every
+  rank continues from the new theta_global.
+
+In every mode BatchNorm's statistics stay each rank's, as PeriodicModelAverager averages
+parameters only. `--dump-weights DIR` writes rank 0's parameters after every step
+(DIR/step-00000007.safetensors holds them after step 7), to compare with lsgd-host's
+checkpoints of each step (`--checkpoint-every 1`).
+
 Rank 0 writes --out/metrics.jsonl (lsgd-host's `step` and `eval` records, with the fields this
 job has), --out/summary.json and --out/weights.safetensors (rank 0's final weights and BatchNorm
 statistics, named as `lsgd-host run --save-model` names them), and prints the summary as one
@@ -311,6 +335,15 @@ def main():
     ap.add_argument("--powersgd-seed", type=int,
                     help="the hook's random_seed, which draws its first Q (default: --seed)")
     ap.add_argument("--bucket-mb", type=float, default=25.0)
+    ap.add_argument("--sync", choices=["none", "local-sgd", "post-local-sgd", "diloco"],
+                    default="none", help="a sync policy (see above)")
+    ap.add_argument("--period", type=int, default=8, help="H of --sync")
+    ap.add_argument("--warmup-steps", type=int, default=0, help="W of post-local-sgd")
+    ap.add_argument("--outer-lr", type=float, default=0.7, help="diloco's outer LR")
+    ap.add_argument("--outer-momentum", type=float, default=0.9, help="diloco's outer momentum")
+    ap.add_argument("--last-average", action="store_true",
+                    help="also average after the last step (lsgd-host's end of a run)")
+    ap.add_argument("--dump-weights", help="directory for rank 0's parameters after each step")
     ap.add_argument("--init-from", help="lsgd-host --save-model safetensors of step 0")
     ap.add_argument("--out", help="directory for metrics.jsonl, summary.json, weights")
     ap.add_argument("--compare", help="an lsgd-host run's metrics.jsonl to print beside")
@@ -344,8 +377,29 @@ def main():
         init_note = f"loaded from {a.init_from} (bit-identical to the redrawn one: {same})"
     model.train()
 
-    ddp = DDP(model, bucket_cap_mb=a.bucket_mb, **without_buffer_sync())
+    if a.sync in ("local-sgd", "diloco"):
+        ddp = model  # no gradient exchange: each rank's own mean gradient
+    else:
+        ddp = DDP(model, bucket_cap_mb=a.bucket_mb, **without_buffer_sync())
     hook_calls = []
+    averager, outer, global_params = None, None, None
+    if a.sync in ("local-sgd", "post-local-sgd"):
+        from torch.distributed.algorithms.model_averaging.averagers import \
+            PeriodicModelAverager
+        warmup = a.period - 1 if a.sync == "local-sgd" else a.warmup_steps
+        averager = PeriodicModelAverager(period=a.period, warmup_steps=warmup)
+    if a.sync == "post-local-sgd":
+        from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
+            PostLocalSGDState, post_localSGD_hook)
+        ddp.register_comm_hook(
+            PostLocalSGDState(process_group=None, subgroup=None,
+                              start_localSGD_iter=a.warmup_steps,
+                              post_local_gradient_allreduce=False),
+            post_localSGD_hook)
+    if a.sync == "diloco":
+        global_params = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
+        outer = torch.optim.SGD(global_params, lr=a.outer_lr, momentum=a.outer_momentum,
+                                nesterov=True)
     if a.hook == "powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
         psgd_seed = a.seed if a.powersgd_seed is None else a.powersgd_seed
@@ -413,6 +467,30 @@ def main():
                     else:
                         v.mul_(a.momentum).add_(d)
                         p.sub_(v * lr)
+            last = seen + a.global_batch >= total
+            if averager is not None:
+                w = averager.warmup_steps
+                averages = step >= w and (step - w) % averager.period == 0
+                averager.average_parameters(params)
+                if last and a.last_average and not averages:
+                    # lsgd-host ends the run's last window; the averager's own counter has
+                    # already moved on, so average directly as it would.
+                    from torch.distributed.algorithms.model_averaging.utils import \
+                        average_parameters
+                    average_parameters(iter(params), dist.group.WORLD)
+            if outer is not None and ((step + 1) % a.period == 0 or (last and a.last_average)):
+                for g, p in zip(global_params, params):
+                    avg = p.detach() / world  # average_parameters' order: divide, then sum
+                    dist.all_reduce(avg)
+                    g.grad = g.detach() - avg
+                outer.step()
+                for g, p in zip(global_params, params):
+                    p.copy_(g.detach())
+        if a.dump_weights and rank == 0:
+            os.makedirs(a.dump_weights, exist_ok=True)
+            write_safetensors(os.path.join(a.dump_weights, f"step-{step:08d}.safetensors"),
+                              {names[f"{k}"]: v for k, v in model.state_dict().items()
+                               if k in names and not k.endswith(("running_mean", "running_var"))})
         epoch_fraction = seen / n_train
         seen += a.global_batch
         rec = {"kind": "step", "step": step, "epoch": epoch_fraction, "lr": lr,

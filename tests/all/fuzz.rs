@@ -430,6 +430,7 @@ fn valid_checkpoint() -> &'static Path {
             policy_state: [("schedule".to_string(), "00ff".to_string())].into(),
             loss_scaler: None,
             bucket_order: None,
+            window: None,
         };
         let tensors = [
             (

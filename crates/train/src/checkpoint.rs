@@ -103,6 +103,10 @@ pub struct Meta {
     /// buckets followed the optimizer's order.
     #[serde(default)]
     pub bucket_order: Option<Vec<usize>>,
+    /// Where a sync policy's windows stood (absent without one, and in checkpoints from before
+    /// contract 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<crate::trainer::WindowMeta>,
 }
 
 /// Bytes as lowercase hex, for the JSON part.

@@ -298,6 +298,29 @@ impl TrainConfig {
         }
     }
 
+    /// [`RunConfig::validate_sync`] and what this invocation adds: `--fault-tolerance` (its
+    /// redo of a step assumes the ranks hold the same weights) and `--overlap` (a window's
+    /// exchange comes after the update, with nothing left to overlap; a synchronous step of a
+    /// sync policy runs the exchange after the backward pass).
+    pub fn validate_sync(&self, layer_rate: bool) -> Result<(), Error> {
+        self.run.validate_sync(layer_rate)?;
+        if self.invocation.tolerance.is_some() {
+            return Err(Error::Config(
+                "--sync cannot be combined with --fault-tolerance: a redone step assumes every \
+                 rank holds the same weights, and inside a window they do not"
+                    .into(),
+            ));
+        }
+        if self.invocation.overlap == Some(true) {
+            return Err(Error::Config(
+                "--sync cannot be combined with --overlap: a window ends with an exchange after \
+                 the update, which has no backward pass to hide behind; drop --overlap"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether the step exchanges buckets while the backward pass runs: unless `--no-overlap`
     /// or [`TrainConfig::overlap_refused`], and with `--fault-tolerance` only if asked for
     /// (`--overlap`): under load the lab's grow-back test saw a survivor take a live rank for
@@ -372,6 +395,53 @@ impl RunConfig {
             "--layer-rate",
             "a layer-wise rate sees the norms of a gradient, and the exchange returns accumulated velocities",
         ))
+    }
+
+    /// Refuses what a sync policy (`--sync`, contract 0.5) cannot run beside: each of these
+    /// needs every rank's gradients, or an agreement of the ranks, at every step, while a
+    /// window's local steps exchange nothing. Not part of [`TrainConfig::validate`]: whether
+    /// there is such a plugin is no setting; `layer_rate` says whether there is a layer-rate
+    /// plugin.
+    pub fn validate_sync(&self, layer_rate: bool) -> Result<(), Error> {
+        let refuse = |what: &str, why: &str| {
+            Err(Error::Config(format!(
+                "--sync cannot be combined with {what}: {why}"
+            )))
+        };
+        if self.mode == Mode::Async {
+            return refuse(
+                "--mode async",
+                "the parameter server applies each worker's gradient as it comes; a sync \
+                 policy's ranks each keep weights of their own",
+            );
+        }
+        if self.mixed_precision.precision == crate::precision::Precision::Fp16 {
+            return refuse(
+                "--precision fp16",
+                "a step that overflows on one rank is skipped on every rank, which needs an \
+                 agreement at every step (use --precision bf16)",
+            );
+        }
+        if self.error_feedback.moves_momentum() {
+            return refuse(
+                "--error-feedback momentum",
+                "it keeps SGD's momentum inside the gradient exchange, which local steps skip",
+            );
+        }
+        if self.local_clip_norm.is_some() {
+            return refuse(
+                "--local-clip-norm",
+                "it clips a rank's gradient before the exchange, which local steps skip",
+            );
+        }
+        if layer_rate {
+            return refuse(
+                "--layer-rate",
+                "a layer-wise rate sees the norms of the gradient summed over the ranks, which \
+                 a local step never forms",
+            );
+        }
+        Ok(())
     }
 
     /// How `self` differs from the run a checkpoint saved, one line per setting, named by its

@@ -82,6 +82,10 @@ pub struct StepRecord {
     /// and its application (0: fresh; absent in sync mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staleness: Option<u64>,
+    /// With a sync policy (`--sync`): how the step moved, as its `plan` said (`synchronous`,
+    /// `local` or `average`; absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<String>,
 }
 
 /// One evaluation on the test split, after the step that completed an epoch.
@@ -379,7 +383,7 @@ pub struct Resumed {
     pub epochs: u32,
 }
 
-const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped,worker,staleness,momentum,exposed_communication_s,hidden_communication_s,backward_s";
+const STEP_HEADER: &str = "step,epoch,lr,global_batch,micro_batches,label_smoothing,loss,samples_per_s,compute_s,communication_s,bytes_sent,payload_bytes,compression_ratio,policy_s,loss_scale,skipped,worker,staleness,momentum,exposed_communication_s,hidden_communication_s,backward_s,sync";
 
 fn one() -> f64 {
     1.0
@@ -532,7 +536,7 @@ impl MetricsWriter {
             match record {
                 Record::Step(s) => steps.write_all(
                     format!(
-                        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                         s.step,
                         s.epoch,
                         s.lr,
@@ -554,7 +558,8 @@ impl MetricsWriter {
                         s.momentum.map(|v| v.to_string()).unwrap_or_default(),
                         s.exposed_communication_s,
                         s.hidden_communication_s,
-                        s.backward_s
+                        s.backward_s,
+                        s.sync.as_deref().unwrap_or_default()
                     )
                     .as_bytes(),
                 )?,
@@ -652,6 +657,7 @@ mod tests {
             skipped: false,
             worker: None,
             staleness: None,
+            sync: None,
         });
         let (at, values) = step.scalars();
         assert_eq!(at, 300);

@@ -37,8 +37,8 @@ pub fn tensors_digest<'a>(named: impl Iterator<Item = (&'a str, &'a Tensor)>) ->
     digest64(&tensors_hash(named))
 }
 
-/// A 64-bit digest of one step's policy outputs: LR, momentum, batch, ε and the layer-rate
-/// multipliers.
+/// A 64-bit digest of one step's policy outputs: LR, momentum, batch, ε, the layer-rate
+/// multipliers and a sync policy's plan with the window it saw.
 pub fn decision_digest(d: &Decision, scales: &[f64]) -> u64 {
     let mut h = blake3::Hasher::new();
     h.update(&d.lr.to_le_bytes());
@@ -49,6 +49,29 @@ pub fn decision_digest(d: &Decision, scales: &[f64]) -> u64 {
     h.update(&d.label_smoothing.to_le_bytes());
     for s in scales {
         h.update(&s.to_le_bytes());
+    }
+    if let Some(plan) = d.plan {
+        h.update(plan.name().as_bytes());
+        h.update(&d.window.local_steps.to_le_bytes());
+        h.update(&d.window.windows.to_le_bytes());
+    }
+    digest64(&h)
+}
+
+/// A 64-bit digest of a sync policy's outer step (its coefficients) and of the outer momentum
+/// buffers it left.
+pub fn outer_digest<'a>(
+    step: Option<&lsgd_policy::OuterStep>,
+    momentum: impl Iterator<Item = &'a Tensor>,
+) -> u64 {
+    let mut h = tensors_hash(momentum.map(|t| ("momentum", t)));
+    if let Some(o) = step {
+        h.update(&o.lr.to_le_bytes());
+        h.update(&o.momentum.to_le_bytes());
+        h.update(&[u8::from(o.nesterov)]);
+        for s in &o.lr_scale {
+            h.update(&s.to_le_bytes());
+        }
     }
     digest64(&h)
 }

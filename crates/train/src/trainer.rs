@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use lsgd_collective::{Algorithm, Traffic, World};
-use lsgd_policy::{Role, TensorNorms};
+use lsgd_policy::{Role, StepKind, TensorNorms};
 use lsgd_runtime::plugin::PolicyKind;
 use lsgd_runtime::policy::{Clock, Decision, PolicySet};
 use tch::nn::VarStore;
@@ -44,8 +44,10 @@ mod resume;
 mod start;
 mod stop;
 mod survive;
+mod windows;
 
 pub use start::Start;
+pub use windows::WindowMeta;
 
 use crate::checkpoint::PluginRecord;
 use crate::config::{Mode, TrainConfig};
@@ -72,6 +74,10 @@ pub struct Batch {
     pub micro: Vec<usize>,
     /// The global batch.
     pub global: usize,
+    /// The samples the loss is a mean over: the global batch when the gradients are summed
+    /// over the ranks (pre-divided by the world size), this rank's shard in a sync policy's
+    /// local step, whose gradient is its own.
+    pub mean_over: usize,
     /// Stream position of the shard's first sample (samples drawn before it in the run): the
     /// augmentation of each sample derives from its position.
     pub first: u64,
@@ -85,8 +91,12 @@ pub struct Stepped {
     pub scales: Vec<f64>,
     /// The batch it trained on.
     pub batch: Batch,
-    /// The mean loss over the global batch (equal on every rank).
+    /// The mean loss over the global batch (equal on every rank); NaN for a sync policy's
+    /// local step until its window's end agrees it.
     pub loss: f64,
+    /// With a sync policy, in a local or `average` step: this rank's sum of per-sample losses,
+    /// which the window's end gathers.
+    pub own_loss_sum: Option<f64>,
     /// The fp16 loss scale of the step's backward pass (`None` unless fp16).
     pub loss_scale: Option<f64>,
     /// `--mode async`: the worker whose gradient was applied and its staleness in steps.
@@ -157,6 +167,8 @@ pub struct Trainer<'w> {
     survival: survive::Survival,
     /// The gradient-ready hooks, when the step overlaps its exchange with the backward pass.
     overlap: Option<overlap::Overlap>,
+    /// θ_global and the outer momentum, with a sync policy (`--sync`).
+    windows: Option<windows::Windows>,
 }
 
 impl Trainer<'_> {
@@ -199,7 +211,15 @@ impl Trainer<'_> {
         let loss_scale = self.scaler.as_ref().map(LossScaler::scale);
         let step = decision.state.step;
         let (loss, skipped, mut exchanged, mut compute_s, exposed_s, backward_s);
-        if self.overlap.is_some() {
+        let mut own_loss_sum = None;
+        if decision.plan.is_some_and(|p| p != StepKind::Synchronous) {
+            // A local step: nothing is agreed or exchanged until the window's end.
+            let pass = self.model_pass(&batch, decision.label_smoothing)?;
+            compute_s = t.elapsed().as_secs_f64();
+            backward_s = pass.backward_s;
+            own_loss_sum = Some(pass.loss_sum.double_value(&[]));
+            (loss, skipped, exchanged, exposed_s) = (f64::NAN, false, Exchanged::default(), 0.0);
+        } else if self.overlap.is_some() {
             let passed = self.pass_overlapped(&batch, decision.label_smoothing, step)?;
             let traffic;
             (loss, skipped, traffic) = self.agree(&passed.loss_sum, false, batch.global)?;
@@ -232,6 +252,7 @@ impl Trainer<'_> {
             scales,
             batch,
             loss,
+            own_loss_sum,
             loss_scale,
             applied: None,
             skipped,
@@ -249,8 +270,17 @@ impl Trainer<'_> {
     fn commit(&mut self, mut s: Stepped) -> Result<()> {
         if !s.skipped {
             let t = Instant::now();
+            let before = self.rollback_point(&s.decision);
             self.update(&s.decision, &s.scales);
             s.compute_s += t.elapsed().as_secs_f64();
+            let own = s.own_loss_sum.unwrap_or(f64::NAN);
+            if let Some((loss, moved)) =
+                self.after_update(&s.decision, own, s.batch.global, before)?
+            {
+                s.loss = loss;
+                s.exposed_s = moved.traffic.seconds;
+                s.exchanged = moved;
+            }
         }
         if let Some(scaler) = &mut self.scaler {
             scaler.update(s.skipped);
@@ -298,6 +328,8 @@ impl Trainer<'_> {
         let all = self.order.take(seen, global);
         let first = seen + (rank * (global / size)) as u64;
         let indices = parallel::shard(&all, rank, size).to_vec();
+        let local = decision.plan.is_some_and(|p| p != StepKind::Synchronous);
+        let mean_over = if local { global / size } else { global };
         // Image files for this step and, guessing the batch stays, the next one start
         // decoding now, while this step computes.
         if self.data.from_files() {
@@ -311,6 +343,7 @@ impl Trainer<'_> {
             indices,
             micro,
             global,
+            mean_over,
             first,
         }
     }
@@ -368,8 +401,9 @@ impl Trainer<'_> {
         let loss =
             loss::smoothed_cross_entropy(&logits.to_kind(Kind::Float), &y, f64::from(epsilon));
         // Scaled by micro/global, not micro/worker: the gradients are pre-divided by the
-        // world size, and the collective's sum is the mean over the global batch.
-        let weight = m as f64 / batch.global as f64;
+        // world size, and the collective's sum is the mean over the global batch (a local
+        // step's is this rank's own mean: `mean_over`).
+        let weight = m as f64 / batch.mean_over as f64;
         let scaled = if scale == 1.0 {
             &loss * weight
         } else {
@@ -524,9 +558,11 @@ impl Trainer<'_> {
                 checkpoint: self.last_checkpoint.clone(),
             });
         }
+        // A sync policy's local step has no agreed loss yet: its window's end checks it.
+        let open = s.decision.plan == Some(StepKind::Local);
         // A skipped step's weights are untouched; its loss may be inf from an fp16 overflow in
         // the forward pass, which the loss scaler answers, not the divergence check.
-        if !s.loss.is_finite() && !s.skipped {
+        if !s.loss.is_finite() && !s.skipped && !open {
             self.metrics.flush()?;
             self.progress.finish();
             return Err(Error::Diverged {
@@ -539,11 +575,24 @@ impl Trainer<'_> {
         }
         self.clock.advance(
             s.decision.global_batch,
-            Some(s.loss).filter(|l| l.is_finite()),
+            Some(s.loss).filter(|l| l.is_finite() && !open),
         );
+        if let Some(kind) = s.decision.plan {
+            self.clock.pass(kind);
+        }
         self.samples += s.batch.global as u64;
-        self.record(&s)?;
-        self.evaluate_at_epoch_end()?;
+        if open {
+            let record = self.step_record(&s);
+            self.hold(record, s.own_loss_sum.unwrap_or(f64::NAN));
+        } else {
+            self.record(&s)?;
+        }
+        // Inside a window the ranks hold models of their own: the evaluation and the
+        // consistency check wait for its end.
+        let agreed = self.in_agreement();
+        if agreed {
+            self.evaluate_at_epoch_end()?;
+        }
         let inv = &self.config.invocation;
         let (step, every, ckpt) = (
             self.clock.step(),
@@ -552,7 +601,7 @@ impl Trainer<'_> {
         );
         // Asynchronous workers hold other weights than the server by design.
         let sync = self.config.run.mode == Mode::Sync;
-        if sync && every > 0 && step.is_multiple_of(every) {
+        if sync && agreed && every > 0 && step.is_multiple_of(every) {
             self.surviving("consistency check", |t| {
                 t.consistency(&s.decision, &s.scales)
             })?;
@@ -567,9 +616,30 @@ impl Trainer<'_> {
 
     /// The step's metrics record and progress line.
     fn record(&mut self, s: &Stepped) -> Result<()> {
+        let record = self.step_record(s);
+        self.metrics.write(&Record::Step(record))?;
+        if self.world.is_tolerant() {
+            // Rank 0 may be lost: whoever takes over goes on after what reached the disk.
+            self.metrics.flush()?;
+        }
+        let wall = s.started.elapsed().as_secs_f64();
+        let after = self.clock.state();
+        self.progress.step(
+            self.clock.step(),
+            after.total_steps,
+            after.epoch_fraction,
+            s.loss,
+            s.decision.lr,
+            s.batch.global as f64 / wall,
+        );
+        Ok(())
+    }
+
+    /// The step's metrics record.
+    fn step_record(&self, s: &Stepped) -> StepRecord {
         let wall = s.started.elapsed().as_secs_f64();
         let d = &s.decision;
-        self.metrics.write(&Record::Step(StepRecord {
+        StepRecord {
             step: d.state.step,
             epoch: d.state.epoch_fraction,
             lr: d.lr,
@@ -592,21 +662,8 @@ impl Trainer<'_> {
             skipped: s.skipped,
             worker: s.applied.map(|(w, _)| w),
             staleness: s.applied.map(|(_, st)| st),
-        }))?;
-        if self.world.is_tolerant() {
-            // Rank 0 may be lost: whoever takes over goes on after what reached the disk.
-            self.metrics.flush()?;
+            sync: d.plan.map(|p| p.name().to_string()),
         }
-        let after = self.clock.state();
-        self.progress.step(
-            self.clock.step(),
-            after.total_steps,
-            after.epoch_fraction,
-            s.loss,
-            d.lr,
-            s.batch.global as f64 / wall,
-        );
-        Ok(())
     }
 
     /// Evaluates on the test split once per completed epoch; the accuracy becomes the
@@ -654,6 +711,14 @@ impl Trainer<'_> {
             "policy state (snapshots of stateful plugins)",
             parallel::bytes_digest(states.iter().map(|(_, b)| b.as_slice())),
         )?;
+        if let Some(w) = &self.windows {
+            parallel::check_consistent(
+                self.world,
+                step,
+                "outer step (the sync policy's last, and the momentum on θ_global)",
+                parallel::outer_digest(w.last_outer(), w.momentum()),
+            )?;
+        }
         if let Some(buckets) = self.gradients.codec_state() {
             parallel::check_consistent(
                 self.world,

@@ -278,9 +278,11 @@ impl<'w> Trainer<'w> {
                 indices: Vec::new(),
                 micro: vec![computed.samples.div_ceil(computed.micro.max(1)); computed.micro],
                 global: computed.samples,
+                mean_over: computed.samples,
                 first: 0,
             },
             loss: computed.loss_sum / computed.samples.max(1) as f64,
+            own_loss_sum: None,
             loss_scale: None,
             applied: Some((w as u32, staleness)),
             skipped: false,
@@ -377,6 +379,7 @@ impl<'w> Trainer<'w> {
             let batch = Batch {
                 micro: micro_batches(indices.len(), max_micro),
                 global: n as usize,
+                mean_over: n as usize,
                 indices,
                 first,
             };

@@ -90,6 +90,7 @@ impl Trainer<'_> {
             meta.last_metric,
         );
         self.epochs_evaluated = meta.epochs_evaluated;
+        self.restore_windows(meta.window, &tensors, meta.last_lr, path)?;
         if let Some(scaler) = &mut self.scaler {
             let saved = meta.loss_scaler.ok_or_else(|| {
                 Error::Checkpoint(format!("{} has no fp16 loss-scaler state", path.display()))
@@ -275,7 +276,7 @@ fn describe(c: &PolicyChangeRecord) -> String {
 }
 
 /// Copies the checkpoint's model variables into `vs`.
-fn restore_model(vs: &VarStore, tensors: &[(String, Tensor)]) -> Result<()> {
+pub(super) fn restore_model(vs: &VarStore, tensors: &[(String, Tensor)]) -> Result<()> {
     let _guard = tch::no_grad_guard();
     for (name, mut var) in vs.variables() {
         let key = format!("{MODEL}{name}");

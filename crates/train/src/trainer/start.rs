@@ -16,6 +16,7 @@ use tch::nn::VarStore;
 use super::identity::{plugin_records, same_plugins};
 use super::overlap::Overlap;
 use super::resume::Resumed;
+use super::windows::Windows;
 use super::{Metrics, Trainer};
 use crate::checkpoint::PluginRecord;
 use crate::config::{Mode, RunConfig, TrainConfig};
@@ -77,9 +78,12 @@ impl<'w> Trainer<'w> {
         let opt = optim::build(&vs, run.sgd, run.adamw, run.error_feedback.moves_momentum());
         let tensors = tensor_descriptions(&vs, opt.params());
         let codec = policies.codec_mut().is_some();
-        let (order, overlap) = readiness(world, config, &model, &mut data, opt.params(), codec)?;
+        let sync = policies.get(PolicyKind::Sync).is_some();
+        let (order, overlap) =
+            readiness(world, config, &model, &mut data, opt.params(), codec, sync)?;
         let gradients = gradient_exchange(config, opt.as_ref(), &order, &mut policies)?;
         let clock = run_clock(run, data.train.len, world.size())?;
+        let windows = sync.then(|| Windows::new(opt.params())).transpose()?;
         let (world_rank, world_size) = (world.rank(), world.size());
         // A replacement joins a run that claimed its directory long ago.
         if !world.joined() {
@@ -112,6 +116,7 @@ impl<'w> Trainer<'w> {
             last_checkpoint: None,
             survival: super::survive::Survival::new(world_rank, world_size, reporting.quiet),
             overlap,
+            windows,
         };
         if trainer.world.joined() {
             trainer.join()?;
@@ -196,6 +201,9 @@ fn settings_and_plugins(
     policies: &PolicySet,
 ) -> Result<Vec<PluginRecord>> {
     config.validate()?;
+    if policies.get(PolicyKind::Sync).is_some() {
+        config.validate_sync(policies.get(PolicyKind::LayerRate).is_some())?;
+    }
     if let Some(path) = &config.invocation.save_model {
         crate::model::saved_files(&config.run.model, path)?;
     }
@@ -270,7 +278,8 @@ fn claim_out(world: &World, config: &TrainConfig, resume: Option<&Path>) -> Resu
 /// step overlaps its exchange with the backward pass: a synchronous run records the order once
 /// (the bucket layout follows it with or without overlap, so both end with the same bits);
 /// `--mode async` keeps the optimizer's order. A single process without a codec has nothing to
-/// exchange, so nothing to overlap.
+/// exchange, so nothing to overlap, and a sync policy's run exchanges after the update
+/// (`sync`).
 fn readiness(
     world: &World,
     config: &TrainConfig,
@@ -278,11 +287,12 @@ fn readiness(
     data: &mut DataTensors,
     params: &[Param],
     codec: bool,
+    sync: bool,
 ) -> Result<(Vec<usize>, Option<Overlap>)> {
     if config.run.mode == Mode::Async {
         return Ok(((0..params.len()).collect(), None));
     }
-    let overlaps = config.overlaps() && (world.size() > 1 || codec);
+    let overlaps = config.overlaps() && (world.size() > 1 || codec) && !sync;
     let hooks = Overlap::new(params)?;
     let mine = hooks.record(model, data, params, world.rank())?;
     // A replacement joining survivors mid-run (`--grow-back`) cannot ask them: they agreed on

@@ -17,7 +17,9 @@ impl Trainer<'_> {
     /// After the last step: the final consistency check and checkpoint, and the summary.
     pub(super) fn finish(mut self) -> Result<Summary> {
         self.metrics.flush()?;
-        if self.world.size() > 1 && self.config.run.mode == Mode::Sync {
+        // Stopped inside a sync policy's window (`--stop-after-steps`), the ranks' weights differ
+        // until its end.
+        if self.world.size() > 1 && self.config.run.mode == Mode::Sync && self.in_agreement() {
             if let Some((d, scales)) = self.last_decision.take() {
                 self.surviving("consistency check", |t| t.consistency(&d, &scales))?;
             }
@@ -57,9 +59,11 @@ impl Trainer<'_> {
     /// whether rank 0 wrote it, and fails with rank 0's error if not: a rank names only a
     /// checkpoint that was written whole.
     pub fn save(&mut self, reason: &str) -> Result<PathBuf> {
-        let codec_state = self.gradients.checkpoint_tensors(self.world)?;
+        let mut codec_state = self.gradients.checkpoint_tensors(self.world)?;
+        let (windows, window) = self.window_checkpoint()?;
+        codec_state.extend(windows);
         let written = if self.world.is_root() {
-            self.write_checkpoint(reason, codec_state)
+            self.write_checkpoint(reason, codec_state, window)
         } else {
             Ok(self.config.invocation.out.join(checkpoint::JSON_NAME))
         };
@@ -76,11 +80,13 @@ impl Trainer<'_> {
         Ok(saved)
     }
 
-    /// Writes rank 0's checkpoint of the state now, with every rank's `codec_state`.
+    /// Writes rank 0's checkpoint of the state now, with every rank's `codec_state` (and a
+    /// sync policy's tensors) and where a sync policy's windows stand (`window`).
     fn write_checkpoint(
         &mut self,
         reason: &str,
         codec_state: Vec<(String, Tensor)>,
+        window: Option<super::windows::WindowMeta>,
     ) -> Result<PathBuf> {
         let out = &self.config.invocation.out;
         let mut tensors: Vec<(String, Tensor)> = self
@@ -116,6 +122,7 @@ impl Trainer<'_> {
             policy_state,
             loss_scaler: self.scaler.as_ref().map(LossScaler::state),
             bucket_order: Some(self.gradients.order().to_vec()),
+            window,
         };
         checkpoint::save(out, meta, &tensors)
     }
@@ -161,21 +168,42 @@ impl Trainer<'_> {
     }
 
     /// Whether faults must be agreed between ranks: a synchronous run on several ranks (in
-    /// `--mode async` only the server calls the policies, and stops the workers itself).
+    /// `--mode async` only the server calls the policies, and stops the workers itself), and
+    /// with a sync policy not inside a window, whose local steps make no collective call (the
+    /// policies see the same inputs on every rank and fault alike).
     pub(super) fn agrees(&self) -> bool {
-        self.world.size() > 1 && self.config.run.mode == Mode::Sync
+        self.world.size() > 1 && self.config.run.mode == Mode::Sync && self.in_agreement()
     }
 
     /// `outcome` of this rank's `what` calls, once the ranks agree: one all-gather of a flag
     /// (none on one rank), and if any rank faulted, every rank stops through [`Trainer::stop`].
     pub(super) fn agreed<T>(&mut self, what: &str, outcome: Result<T>) -> Result<T> {
+        self.agreed_then(what, outcome, |_| {})
+    }
+
+    /// [`Trainer::agreed`], calling `undo` before stopping: what puts the state before the
+    /// step back when the fault comes after the step changed it (a window's end, after the
+    /// local update).
+    pub(super) fn agreed_then<T>(
+        &mut self,
+        what: &str,
+        outcome: Result<T>,
+        undo: impl FnOnce(&mut Self),
+    ) -> Result<T> {
         self.report_held();
         if !self.agrees() {
-            return outcome.map_err(|fault| self.stop(fault));
+            return outcome.map_err(|fault| {
+                undo(self);
+                self.stop(fault)
+            });
         }
         match (self.world.agree_failure(outcome.is_err())?, outcome) {
-            (_, Err(fault)) => Err(self.stop(fault)),
+            (_, Err(fault)) => {
+                undo(self);
+                Err(self.stop(fault))
+            }
             (Some(rank), Ok(_)) => {
+                undo(self);
                 let step = self.clock.step();
                 let what = what.to_string();
                 Err(self.stop(Error::Elsewhere { rank, what, step }))
