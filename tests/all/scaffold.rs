@@ -1,12 +1,13 @@
 //! `lsgd-host new`: a project of every language and kind, stateful (`--stateful`) or not, builds
-//! with its one command (`./build.sh`) into a component of contract 0.4.0 exporting `plugin`,
-//! its kind's interface and, if stateful, `state`, and loads in the host: `inspect` names its
-//! world and version, a short trace with a good and with a bad parameter, and the command `new`
-//! suggests; a stateful one is traced with test metrics, which its state (the best metric so far)
-//! turns into other values. In every language a schedule edited to return a momentum shows it
-//! in the trace's `momentum` column. Python components, the slowest to load (~18 MiB that take
-//! ~30 s to compile), are loaded for a few kinds only; the exports of all are read without
-//! compiling them.
+//! with its one command (`./build.sh`) into a component of its kind's contract (0.5.0 for a sync
+//! policy, 0.4.0 for the others) exporting `plugin`, its kind's interface and, if stateful,
+//! `state`, and loads in the host: `inspect` names its world and version, a short trace with a
+//! good and with a bad parameter, and the command `new` suggests; a stateful one is traced with
+//! test metrics, which its state (the best metric so far) turns into other values. A sync
+//! policy's trace shows its plan, step by step. In every language a schedule edited to return a
+//! momentum shows it in the trace's `momentum` column. Python components, the slowest to load
+//! (~18 MiB that take ~30 s to compile), are loaded for a few kinds only; the exports of all are
+//! read without compiling them.
 //!
 //! The toolchains are the ones `scripts/build-guests.sh` installs (the test command runs it
 //! first); a missing one fails the test with that hint rather than skipping it.
@@ -42,8 +43,20 @@ pub fn text(o: &Output) -> String {
     )
 }
 
-/// The contract version `new` scaffolds.
+/// The contract version `new` scaffolds for every kind but sync.
 const VERSION: &str = "0.4.0";
+
+/// The contract version of a sync project: the kind is new in 0.5.
+const SYNC_VERSION: &str = "0.5.0";
+
+/// The contract version `new` scaffolds for `kind`.
+fn version(kind: &str) -> &'static str {
+    if kind == "sync" {
+        SYNC_VERSION
+    } else {
+        VERSION
+    }
+}
 
 /// The `lsgd-plugin-build` that `scripts/build-guests.sh` builds.
 fn plugin_build() -> PathBuf {
@@ -151,10 +164,10 @@ pub fn build_project(lang: &str, dir: &Path, name: &str) -> PathBuf {
     wasm
 }
 
-/// The component exports `lsgd:policy/plugin@0.4.0`, `lsgd:policy/KIND@0.4.0` and, if
-/// `stateful`, `lsgd:policy/state@0.4.0`, and nothing else of the contract (toolchains may add
-/// their own exports: componentize-qjs's `init`). Read from the binary by `lsgd-plugin-build
-/// exports`, so that no compilation is needed.
+/// The component exports `lsgd:policy/plugin@V`, `lsgd:policy/KIND@V` and, if `stateful`,
+/// `lsgd:policy/state@V`, V being the kind's [`version`], and nothing else of the contract
+/// (toolchains may add their own exports: componentize-qjs's `init`). Read from the binary by
+/// `lsgd-plugin-build exports`, so that no compilation is needed.
 fn check_exports(wasm: &Path, kind: &str, stateful: bool) {
     let o = Command::new(plugin_build())
         .arg("exports")
@@ -168,12 +181,13 @@ fn check_exports(wasm: &Path, kind: &str, stateful: bool) {
         .filter(|e| e.starts_with("lsgd:policy/"))
         .collect();
     ours.sort_unstable();
+    let v = version(kind);
     let mut want = vec![
-        format!("lsgd:policy/plugin@{VERSION}"),
-        format!("lsgd:policy/{kind}@{VERSION}"),
+        format!("lsgd:policy/plugin@{v}"),
+        format!("lsgd:policy/{kind}@{v}"),
     ];
     if stateful {
-        want.push(format!("lsgd:policy/state@{VERSION}"));
+        want.push(format!("lsgd:policy/state@{v}"));
     }
     want.sort_unstable();
     assert_eq!(ours, want, "{}: exports\n{out}", wasm.display());
@@ -192,7 +206,20 @@ struct Case {
     /// The stateful template's values from epoch 1 on, with `good`, when the test metric after
     /// epoch 1 is 0.5 and after epoch 2 is 0.25: the best metric so far stays 0.5.
     after: &'static [(&'static str, &'static str)],
+    /// A sync policy's plan over the short trace with `good`, one letter a step (`l` local,
+    /// `a` average, `s` synchronous); empty for the other kinds.
+    plan: &'static str,
+    /// The stateful template's plan over the four epochs of [`check_state`].
+    plan_after: &'static str,
 }
+
+/// Window-end drifts for the sync template (plain averaging reads none of them).
+const DRIFT: &str = "step,name,role,shape,weight_norm,delta_norm,rank_delta_norm,momentum_norm,\
+delta_dot_momentum
+0,conv.weight,weight,8x1x3x3,2,0.25,0.5,0,0
+0,conv.bias,bias,8,0.5,0.01,0.02,0,0
+0,bn.weight,batchnorm,8,3,0.1,0.1,0,0
+";
 
 /// Tensor norms for the layer-rate template: a weight it scales, and those it leaves at 1 (a
 /// bias, a BatchNorm tensor, a weight without a gradient, a weight of norm 0).
@@ -214,6 +241,8 @@ const CASES: &[Case] = &[
         error: "scale must be >= 0, got -1",
         // 0.1 x (1 - 0.5).
         after: &[("lr", "0.05")],
+        plan: "",
+        plan_after: "",
     },
     Case {
         kind: "batch-size",
@@ -224,6 +253,8 @@ const CASES: &[Case] = &[
         error: "factor must be in [1, 4294967295], got 0",
         // Doubled once the best metric reaches 0.5.
         after: &[("global_batch", "3072")],
+        plan: "",
+        plan_after: "",
     },
     Case {
         kind: "label-smoothing",
@@ -234,6 +265,8 @@ const CASES: &[Case] = &[
         error: "epsilon must be in [0, 1), got 1",
         // 0.25 x (1 - 0.5).
         after: &[("label_smoothing", "0.125")],
+        plan: "",
+        plan_after: "",
     },
     Case {
         kind: "layer-rate",
@@ -259,11 +292,30 @@ const CASES: &[Case] = &[
             ("scale:new.weight", "1"),
             ("lr", "0.1"),
         ],
+        plan: "",
+        plan_after: "",
+    },
+    Case {
+        kind: "sync",
+        flag: "--sync",
+        good: "sync.period=4",
+        values: &[],
+        bad: "sync.period=0",
+        error: "period must be in [1, 4294967295], got 0",
+        after: &[],
+        // Averages at the fourth step of a window, and at the run's last step, which the host
+        // makes an average whatever the plan (a run ends with one model).
+        plan: "lllala",
+        // Period 4 until the best metric reaches 0.5 at epoch 1 (step 3, where the plain
+        // template averages), then 8, in the window that began at step 0: averages at step 7
+        // and at the last step.
+        plan_after: "lllllllallla",
     },
 ];
 
 /// The shape of the short traces: two epochs of three steps at batch 512, more epochs to
-/// see the state at work; a layer-rate plugin also gets [`NORMS`] (written next to `wasm`).
+/// see the state at work; a layer-rate plugin also gets [`NORMS`] and a sync plugin [`DRIFT`]
+/// (written next to `wasm`).
 fn shape(wasm: &Path, case: &Case, epochs: &'static str) -> Vec<String> {
     let mut shape: Vec<String> = [
         "--epochs",
@@ -279,6 +331,11 @@ fn shape(wasm: &Path, case: &Case, epochs: &'static str) -> Vec<String> {
         let norms = wasm.parent().unwrap().join("test-norms.csv");
         std::fs::write(&norms, NORMS).unwrap();
         shape.extend(["--norms-file".into(), norms.display().to_string()]);
+    }
+    if case.kind == "sync" {
+        let drift = wasm.parent().unwrap().join("test-drift.csv");
+        std::fs::write(&drift, DRIFT).unwrap();
+        shape.extend(["--drift-file".into(), drift.display().to_string()]);
     }
     shape
 }
@@ -304,6 +361,31 @@ fn column<'a>(header: &[String], rows: &'a [Vec<String>], column: &str, out: &st
         .collect()
 }
 
+/// The plan of a sync policy's trace (its `plan` column, the host's final-step rule applied),
+/// one letter a step (`l` local, `a` average, `s` synchronous). The template's outer step, in
+/// the `outer_lr`, `outer_momentum` and `nesterov` columns, is plain averaging at every
+/// `average` step and empty at the others, and it scales no tensor (no `outer_scale:` column).
+fn plan(header: &[String], rows: &[Vec<String>], out: &str) -> String {
+    assert!(
+        !header.iter().any(|h| h.starts_with("outer_scale:")),
+        "{out}"
+    );
+    let outer = ["outer_lr", "outer_momentum", "nesterov"].map(|c| column(header, rows, c, out));
+    let mut plan = String::new();
+    for (i, kind) in column(header, rows, "plan", out).into_iter().enumerate() {
+        let (letter, want) = match kind {
+            "local" => ('l', ["", "", ""]),
+            "average" => ('a', ["1", "0", "false"]),
+            "synchronous" => ('s', ["", "", ""]),
+            _ => panic!("step {i}: plan {kind:?}\n{out}"),
+        };
+        plan.push(letter);
+        let got = outer.each_ref().map(|c| c[i]);
+        assert_eq!(got, want, "step {i}: the outer step\n{out}");
+    }
+    plan
+}
+
 /// `lsgd-host inspect` names the world (`stateful-…` for a stateful plugin) and the contract
 /// version the component was built against, and says whether it keeps state.
 fn check_inspect(wasm: &Path, case: &Case, stateful: bool) {
@@ -315,7 +397,7 @@ fn check_inspect(wasm: &Path, case: &Case, stateful: bool) {
     } else {
         format!("{}-plugin", case.kind)
     };
-    let want = format!("world:       {world} (lsgd:policy@{VERSION})");
+    let want = format!("world:       {world} (lsgd:policy@{})", version(case.kind));
     assert!(
         out.contains(&want),
         "{}: no `{want}` in\n{out}",
@@ -335,7 +417,8 @@ fn check_inspect(wasm: &Path, case: &Case, stateful: bool) {
 
 /// Loads the component in the host: `inspect`, a short trace with a good and with a bad
 /// parameter, then the trace `new` suggested (`hint`, its output), which for a layer-rate project
-/// reads the project's sample `norms.csv`. A schedule that was not edited answers no momentum.
+/// reads the project's sample `norms.csv`, for a sync project its `drift.csv`. A schedule that
+/// was not edited answers no momentum; a sync policy's trace shows [`Case::plan`].
 fn check_loads(wasm: &Path, case: &Case, hint: &str, stateful: bool) {
     check_inspect(wasm, case, stateful);
     let shape = shape(wasm, case, "2");
@@ -349,6 +432,9 @@ fn check_loads(wasm: &Path, case: &Case, hint: &str, stateful: bool) {
         for v in column(&header, &rows, name, &out) {
             assert_eq!(v, *value, "{w}: {name}\n{out}");
         }
+    }
+    if !case.plan.is_empty() {
+        assert_eq!(plan(&header, &rows, &out), case.plan, "{w}: plan\n{out}");
     }
     // The momentum column, if the host prints one, is empty: the template answers none.
     if header.iter().any(|h| h == "momentum") {
@@ -378,7 +464,7 @@ fn check_loads(wasm: &Path, case: &Case, hint: &str, stateful: bool) {
 /// A stateful template remembers the best test metric: traced over four epochs with the metrics
 /// 0.5 (after epoch 1) and 0.25 (after epoch 2, and on), it gives `case.after` from epoch 1 on,
 /// also from epoch 2, where the last metric has fallen but the best has not; before,
-/// `case.values`.
+/// `case.values`. A sync policy's plan over the four epochs is `case.plan_after`.
 fn check_state(wasm: &Path, case: &Case) {
     let shape = shape(wasm, case, "4");
     let shape: Vec<&str> = shape.iter().map(String::as_str).collect();
@@ -406,6 +492,13 @@ fn check_state(wasm: &Path, case: &Case) {
             }
         }
     }
+    if !case.plan_after.is_empty() {
+        assert_eq!(
+            plan(&header, &rows, &out),
+            case.plan_after,
+            "{w}: plan\n{out}"
+        );
+    }
 }
 
 /// Scaffolds, builds and checks the exports of a `lang` project of every kind, stateful if
@@ -424,7 +517,13 @@ fn scaffold(lang: &str, load: &[&str], stateful: bool) {
 }
 
 /// Every kind `new` scaffolds.
-const ALL: &[&str] = &["schedule", "batch-size", "label-smoothing", "layer-rate"];
+const ALL: &[&str] = &[
+    "schedule",
+    "batch-size",
+    "label-smoothing",
+    "layer-rate",
+    "sync",
+];
 
 #[test]
 fn new_c_plugins_build_and_load() {
@@ -448,7 +547,7 @@ fn new_rust_plugins_build_and_load() {
 
 #[test]
 fn new_python_plugins_build_and_load() {
-    scaffold("python", &["label-smoothing", "layer-rate"], false);
+    scaffold("python", &["label-smoothing", "layer-rate", "sync"], false);
 }
 
 #[test]
@@ -558,6 +657,134 @@ fn a_go_schedule_of_0_4_returns_a_momentum() {
     momentum("go");
 }
 
+/// The outer step of each language's sync template (plain averaging), and what the test puts
+/// there: DiLoCo's outer Nesterov step (lr 0.7, momentum 0.9) with a scale per tensor read from
+/// the window's drift, ||delta|| / rank-delta-norm, which runs the tensors in and a list out
+/// through every language's bindings (Go's hand-written ABI in `lsgd_sync.go`).
+const OUTER_STEP: &[(&str, &str, &str, &str)] = &[
+    (
+        "rust",
+        "src/lib.rs",
+        "            lr: 1.0,
+            momentum: 0.0,
+            nesterov: false,
+            lr_scale: Vec::new(),",
+        "            lr: 0.7,
+            momentum: 0.9,
+            nesterov: true,
+            lr_scale: _tensors.iter().map(|t| t.delta_norm / t.rank_delta_norm).collect(),",
+    ),
+    (
+        "c",
+        "plugin.c",
+        "  ret->lr = 1.0;
+  ret->momentum = 0.0;
+  ret->nesterov = false;
+  ret->lr_scale.ptr = NULL;
+  ret->lr_scale.len = 0;",
+        "  ret->lr = 0.7;
+  ret->momentum = 0.9;
+  ret->nesterov = true;
+  ret->lr_scale.len = tensors->len;
+  ret->lr_scale.ptr = malloc(tensors->len * sizeof(double));
+  for (size_t i = 0; i < tensors->len; i++)
+    ret->lr_scale.ptr[i] = tensors->ptr[i].delta_norm / tensors->ptr[i].rank_delta_norm;",
+    ),
+    (
+        "python",
+        "app.py",
+        "OuterUpdate(lr=1.0, momentum=0.0, nesterov=False, lr_scale=[])",
+        "OuterUpdate(lr=0.7, momentum=0.9, nesterov=True,
+                           lr_scale=[t.delta_norm / t.rank_delta_norm for t in tensors])",
+    ),
+    (
+        "js",
+        "plugin.js",
+        "({ lr: 1.0, momentum: 0.0, nesterov: false, lrScale: [] })",
+        "({ lr: 0.7, momentum: 0.9, nesterov: true,
+    lrScale: tensors.map((t) => t.deltaNorm / t.rankDeltaNorm) })",
+    ),
+    (
+        "go",
+        "plugin.go",
+        "\treturn Averaging()\n",
+        "\to := OuterStep{LR: 0.7, Momentum: 0.9, Nesterov: true}
+	for _, t := range tensors {
+		o.LRScale = append(o.LRScale, t.DeltaNorm/t.RankDeltaNorm)
+	}
+	return o
+",
+    ),
+];
+
+/// A sync template in `lang` whose outer step is edited into DiLoCo's: built with its
+/// `./build.sh`, it is a 0.5.0 sync policy to `inspect`, and its trace over [`DRIFT`] has the
+/// template's plan and, at each `average` step, the outer step's lr, momentum and Nesterov and
+/// one `outer_scale:<tensor>` column per tensor: 0.25/0.5, 0.01/0.02 and 0.1/0.1.
+fn outer_step(lang: &str) {
+    let (_, file, plain, diloco) = OUTER_STEP.iter().find(|m| m.0 == lang).unwrap();
+    let name = format!("my-{lang}-diloco");
+    let (dir, _) = new_project(lang, "sync", &name);
+    let source = dir.join(file);
+    let code = std::fs::read_to_string(&source).unwrap();
+    assert_eq!(
+        code.matches(plain).count(),
+        1,
+        "{lang}: {plain:?} in\n{code}"
+    );
+    std::fs::write(&source, code.replace(plain, diloco)).unwrap();
+    let wasm = build_project(lang, &dir, &name);
+    let case = CASES.iter().find(|c| c.kind == "sync").unwrap();
+    check_exports(&wasm, "sync", false);
+    check_inspect(&wasm, case, false);
+    let w = wasm.to_str().unwrap();
+    let shape = shape(&wasm, case, "2");
+    let shape: Vec<&str> = shape.iter().map(String::as_str).collect();
+    let args = ["--sync", w, "--set", case.good];
+    let (header, rows, out) = trace_csv(&[&args[..], &shape[..]].concat());
+    let plan = column(&header, &rows, "plan", &out);
+    let kinds: String = plan.iter().map(|k| k.chars().next().unwrap()).collect();
+    assert_eq!(kinds, case.plan, "{w}: plan\n{out}");
+    for (name, value) in [
+        ("outer_lr", "0.7"),
+        ("outer_momentum", "0.9"),
+        ("nesterov", "true"),
+        ("outer_scale:conv.weight", "0.5"),
+        ("outer_scale:conv.bias", "0.5"),
+        ("outer_scale:bn.weight", "1"),
+    ] {
+        for (v, kind) in column(&header, &rows, name, &out).iter().zip(&plan) {
+            let want = if *kind == "average" { value } else { "" };
+            assert_eq!(v, &want, "{w}: {name}\n{out}");
+        }
+    }
+}
+
+#[test]
+fn a_rust_sync_plugin_takes_diloco_s_outer_step() {
+    outer_step("rust");
+}
+
+#[test]
+fn a_c_sync_plugin_takes_diloco_s_outer_step() {
+    outer_step("c");
+}
+
+#[test]
+fn a_python_sync_plugin_takes_diloco_s_outer_step() {
+    outer_step("python");
+}
+
+#[test]
+fn a_js_sync_plugin_takes_diloco_s_outer_step() {
+    outer_step("js");
+}
+
+#[test]
+fn a_go_sync_plugin_takes_diloco_s_outer_step() {
+    outer_step("go");
+}
+
 #[test]
 fn new_writes_the_0_4_contract_and_a_layer_rate_project_documents_its_use() {
     let dir = scratch("scaffold-layer-rate-files");
@@ -602,6 +829,73 @@ fn new_writes_the_0_4_contract_and_a_layer_rate_project_documents_its_use() {
         }
     }
     assert!(read("norms.csv").contains("step,name,role,shape,"));
+}
+
+#[test]
+fn new_writes_the_0_5_contract_for_a_sync_project_and_documents_its_use() {
+    let dir = scratch("scaffold-sync-files");
+    let o = lsgd(&[
+        "new",
+        "--lang",
+        "go",
+        "--kind",
+        "sync",
+        "my-local-sgd",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("a Go sync plugin"), "{}", text(&o));
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let wit = std::fs::read_to_string(root().join("wit/v0.5.0/policy.wit")).unwrap();
+    assert!(
+        read("wit/policy.wit") == wit,
+        "wit/policy.wit is not wit/v0.5.0/policy.wit"
+    );
+    let readme = read("README.md");
+    for needle in [
+        "lsgd:policy@0.5.0",
+        "`sync-plugin` world",
+        "lsgd-host run --sync ./target/my-local-sgd.wasm --set sync.KEY=VALUE",
+        "lsgd-host trace --sync target/my-local-sgd.wasm --drift-file drift.csv",
+    ] {
+        assert!(
+            readme.contains(needle),
+            "README.md lacks {needle}:\n{readme}"
+        );
+    }
+    assert!(!readme.contains("{{"), "{readme}");
+    // The Go kit's sync ABI, its exports at 0.5.0 as the world's.
+    let kit = read("lsgd_sync.go");
+    for export in ["sync@0.5.0#plan", "sync@0.5.0#outer-step"] {
+        assert!(kit.contains(export), "lsgd_sync.go lacks {export}");
+    }
+    for file in ["lsgd_plugin.go", "lsgd_sync.go"] {
+        for e in read(file)
+            .lines()
+            .filter_map(|l| l.strip_prefix("//go:wasmexport lsgd:policy/"))
+        {
+            assert!(e.contains(&format!("@{SYNC_VERSION}#")), "{file}: {e}");
+        }
+    }
+    let plugin = read("plugin.go");
+    for needle in [
+        "func plan(s *State, w Window) StepKind",
+        "func outerStep(s *State, w Window, tensors []Drift) OuterStep",
+    ] {
+        assert!(
+            plugin.contains(needle),
+            "plugin.go lacks {needle}:\n{plugin}"
+        );
+    }
+    let drift = read("drift.csv");
+    assert!(
+        drift.contains(
+            "step,name,role,shape,weight_norm,delta_norm,rank_delta_norm,momentum_norm,\
+             delta_dot_momentum\n"
+        ),
+        "{drift}"
+    );
 }
 
 #[test]

@@ -1,12 +1,14 @@
 //! `lsgd-host new`: a plugin project in any supported language, ready to build with one command
 //! (`./build.sh`) into a component the host loads.
 //!
-//! Every project targets the newest contract, `wit/v0.4.0`, copied into it as `wit/policy.wit`;
-//! a schedule shows 0.4's `momentum`, and `--stateful` scaffolds the kind's `stateful-*` world
-//! (a tiny state with `snapshot` and `restore`). The templates live in `host/templates/` (one
-//! source file per language and kind, its stateful lines in `{{#stateful}}` sections); the
-//! language kits (describe/configure helpers, and Go's hand-written ABI) are the files the
-//! repository's own plugins are built with, under `plugins/lsgd-plugin-build/kit/`.
+//! A project targets the contract its kind is scaffolded at (see [`Kind::wit`]: `wit/v0.5.0` for
+//! a sync policy, the kind 0.5 added, `wit/v0.4.0` for the others), copied into it as
+//! `wit/policy.wit`; a schedule shows 0.4's `momentum`, and `--stateful` scaffolds the kind's
+//! `stateful-*` world (a tiny state with `snapshot` and `restore`). The templates live in
+//! `host/templates/` (one source file per language and kind, its stateful lines in
+//! `{{#stateful}}` sections); the language kits (describe/configure helpers, and Go's
+//! hand-written ABI) are the files the repository's own plugins are built with, under
+//! `plugins/lsgd-plugin-build/kit/`.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -42,6 +44,9 @@ pub enum Kind {
     LabelSmoothing,
     /// A layer-wise rate policy: one learning-rate multiplier per parameter tensor (LARS).
     LayerRate,
+    /// A synchronisation policy (contract 0.5): which steps the ranks take on their own, when
+    /// they average, and the outer step on the averaged pseudo-gradient (local SGD, DiLoCo).
+    Sync,
 }
 
 impl Kind {
@@ -51,6 +56,16 @@ impl Kind {
             Kind::BatchSize => PolicyKind::BatchSize,
             Kind::LabelSmoothing => PolicyKind::LabelSmoothing,
             Kind::LayerRate => PolicyKind::LayerRate,
+            Kind::Sync => PolicyKind::Sync,
+        }
+    }
+
+    /// The contract a project of this kind targets: the sync kind exists from 0.5 on; the
+    /// others stay at 0.4, which every host since 0.4 loads.
+    fn wit(self) -> &'static str {
+        match self {
+            Kind::Sync => WIT_0_5,
+            _ => WIT_0_4,
         }
     }
 }
@@ -76,16 +91,20 @@ pub struct NewArgs {
     stateful: bool,
 }
 
-const WIT: &str = include_str!("../../../wit/v0.4.0/policy.wit");
+const WIT_0_4: &str = include_str!("../../../wit/v0.4.0/policy.wit");
+const WIT_0_5: &str = include_str!("../../../wit/v0.5.0/policy.wit");
 const README: &str = include_str!("../../templates/project-README.md");
 /// The tool look-up every non-Rust `build.sh` starts with (`{{find_tool}}` in the templates).
 const FIND_TOOL: &str = include_str!("../../templates/find-tool.sh");
 /// Sample tensor norms a layer-rate project is traced with (`trace --norms-file norms.csv`).
 const NORMS: &str = include_str!("../../templates/norms.csv");
+/// Sample window-end drifts a sync project is traced with (`trace --drift-file drift.csv`).
+const DRIFT: &str = include_str!("../../templates/drift.csv");
 
-/// The contract version of [`WIT`], from its `package lsgd:policy@X.Y.Z;` line.
-fn version() -> &'static str {
-    WIT.lines()
+/// The contract version of `wit` (one of the embedded WITs), from its
+/// `package lsgd:policy@X.Y.Z;` line.
+fn version(wit: &str) -> &str {
+    wit.lines()
         .find_map(|l| l.strip_prefix("package lsgd:policy@")?.strip_suffix(';'))
         .expect("the embedded WIT declares its package")
 }
@@ -113,10 +132,10 @@ fn verbatim(path: impl Into<String>, text: impl Into<Cow<'static, str>>) -> File
     }
 }
 
-/// Whether [`WIT`]'s schedule has `momentum` (0.4 and later): a Go schedule then needs the
+/// Whether `wit`'s schedule has `momentum` (0.4 and later): a Go schedule then needs the
 /// kit's `lsgd_momentum.go`.
-fn has_momentum() -> bool {
-    WIT.contains("momentum: func(")
+fn has_momentum(wit: &str) -> bool {
+    wit.contains("momentum: func(")
 }
 
 /// `text` with its `{{#stateful}}` sections kept and `{{^stateful}}` ones dropped when
@@ -160,11 +179,11 @@ fn sections(text: &str, stateful: bool) -> String {
     out
 }
 
-/// A Go kit file with its `//go:wasmexport lsgd:policy/IFACE@VERSION#func` names at the
-/// version of [`WIT`]: the kit's files carry the version the repository's own Go plugins target,
+/// A Go kit file with its `//go:wasmexport lsgd:policy/IFACE@VERSION#func` names at `version`,
+/// the project's: the kit's files carry the version the repository's own Go plugins target,
 /// and the canonical ABI of the interfaces they implement is the same in every 0.x version
-/// (`lsgd-plugin-build go-kit` does the same for a plugin built outside `new`).
-fn go_kit(text: &'static str) -> String {
+/// that has them (`lsgd-plugin-build go-kit` does the same for a plugin built outside `new`).
+fn go_kit(text: &'static str, version: &str) -> String {
     const EXPORT: &str = "//go:wasmexport lsgd:policy/";
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
@@ -174,7 +193,7 @@ fn go_kit(text: &'static str) -> String {
             Some((iface, func))
         }) {
             Some((iface, func)) => {
-                out.push_str(&format!("{EXPORT}{iface}@{}#{func}", version()));
+                out.push_str(&format!("{EXPORT}{iface}@{version}#{func}"));
             }
             None => out.push_str(line),
         }
@@ -195,12 +214,14 @@ macro_rules! per_kind {
                 $ext
             )),
             include_str!(concat!("../../templates/", $lang, "/layer-rate.", $ext)),
+            include_str!(concat!("../../templates/", $lang, "/sync.", $ext)),
         ]
     };
 }
 
 fn files(lang: Lang, kind: Kind, stateful: bool) -> Vec<File> {
     let k = kind as usize;
+    let version = version(kind.wit());
     let mut files = match lang {
         Lang::Rust => vec![
             template(
@@ -236,6 +257,7 @@ fn files(lang: Lang, kind: Kind, stateful: bool) -> Vec<File> {
                 include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_batch_size.go"),
                 include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_label_smoothing.go"),
                 include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_layer_rate.go"),
+                include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_sync.go"),
             ];
             let mut files = vec![
                 template("plugin.go", per_kind!("go", "go")[k]),
@@ -243,38 +265,43 @@ fn files(lang: Lang, kind: Kind, stateful: bool) -> Vec<File> {
                 template("build.sh", include_str!("../../templates/go/build.sh")),
                 verbatim(
                     "lsgd_plugin.go",
-                    go_kit(include_str!(
-                        "../../../plugins/lsgd-plugin-build/kit/go/lsgd_plugin.go"
-                    )),
+                    go_kit(
+                        include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_plugin.go"),
+                        version,
+                    ),
                 ),
                 verbatim(
                     format!("lsgd_{}.go", kind.policy().set_prefix()),
-                    go_kit(kits[k]),
+                    go_kit(kits[k], version),
                 ),
             ];
-            if kind == Kind::Schedule && has_momentum() {
+            if kind == Kind::Schedule && has_momentum(kind.wit()) {
                 files.push(verbatim(
                     "lsgd_momentum.go",
-                    go_kit(include_str!(
-                        "../../../plugins/lsgd-plugin-build/kit/go/lsgd_momentum.go"
-                    )),
+                    go_kit(
+                        include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_momentum.go"),
+                        version,
+                    ),
                 ));
             }
             if stateful {
                 files.push(verbatim(
                     "lsgd_state.go",
-                    go_kit(include_str!(
-                        "../../../plugins/lsgd-plugin-build/kit/go/lsgd_state.go"
-                    )),
+                    go_kit(
+                        include_str!("../../../plugins/lsgd-plugin-build/kit/go/lsgd_state.go"),
+                        version,
+                    ),
                 ));
             }
             files
         }
     };
-    if kind == Kind::LayerRate {
-        files.push(verbatim("norms.csv", NORMS));
+    match kind {
+        Kind::LayerRate => files.push(verbatim("norms.csv", NORMS)),
+        Kind::Sync => files.push(verbatim("drift.csv", DRIFT)),
+        _ => {}
     }
-    files.push(verbatim("wit/policy.wit", WIT));
+    files.push(verbatim("wit/policy.wit", kind.wit()));
     files.push(template("README.md", README));
     files.push(verbatim(".gitignore", "target/\n"));
     files
@@ -357,7 +384,7 @@ fn render(lang: Lang, kind: Kind, stateful: bool, name: &str) -> Vec<(String, St
             .replace("{{kind}}", policy.interface())
             .replace("{{flag}}", policy.flag())
             .replace("{{prefix}}", policy.set_prefix())
-            .replace("{{version}}", version())
+            .replace("{{version}}", version(kind.wit()))
             .replace("{{trace}}", &trace_args(kind, Path::new(""), name))
             .replace("{{lang}}", language_name(lang))
             .replace("{{build}}", &prerequisites(lang))
@@ -377,15 +404,18 @@ fn render(lang: Lang, kind: Kind, stateful: bool, name: &str) -> Vec<(String, St
 }
 
 /// The arguments of `lsgd-host trace` that run the project in `dir` over a Goyal-sized run;
-/// a layer-rate plugin also needs tensor norms, the project's sample `norms.csv`.
+/// a layer-rate plugin also needs tensor norms, the project's sample `norms.csv`, and a sync
+/// plugin the drift of the tensors at each window's end, its sample `drift.csv`.
 fn trace_args(kind: Kind, dir: &Path, name: &str) -> String {
     let mut args = format!(
         "{} {}",
         kind.policy().flag(),
         dir.join("target").join(format!("{name}.wasm")).display()
     );
-    if kind == Kind::LayerRate {
-        args += &format!(" --norms-file {}", dir.join("norms.csv").display());
+    match kind {
+        Kind::LayerRate => args += &format!(" --norms-file {}", dir.join("norms.csv").display()),
+        Kind::Sync => args += &format!(" --drift-file {}", dir.join("drift.csv").display()),
+        _ => {}
     }
     args + " --epochs 90 --steps-per-epoch 100 --global-batch 8192"
 }
@@ -410,11 +440,12 @@ mod tests {
     use super::*;
 
     const LANGS: [Lang; 5] = [Lang::Rust, Lang::C, Lang::Python, Lang::Js, Lang::Go];
-    const KINDS: [Kind; 4] = [
+    const KINDS: [Kind; 5] = [
         Kind::Schedule,
         Kind::BatchSize,
         Kind::LabelSmoothing,
         Kind::LayerRate,
+        Kind::Sync,
     ];
 
     #[test]
@@ -427,16 +458,18 @@ mod tests {
     }
 
     #[test]
-    fn every_project_is_filled_in_and_targets_the_newest_contract() {
-        assert_eq!(version(), "0.4.0");
+    fn every_project_is_filled_in_and_targets_its_kinds_contract() {
+        assert_eq!(version(WIT_0_4), "0.4.0");
+        assert_eq!(version(WIT_0_5), "0.5.0");
         for lang in LANGS {
             for kind in KINDS {
+                let want = if kind == Kind::Sync { "0.5.0" } else { "0.4.0" };
                 for stateful in [false, true] {
                     let files = render(lang, kind, stateful, "my-plugin");
                     let what = format!("{lang:?} {kind:?} stateful={stateful}");
                     for (path, text) in &files {
                         if path == "wit/policy.wit" {
-                            assert_eq!(text, WIT);
+                            assert_eq!(version(text), want, "{what}");
                             continue;
                         }
                         for marker in ["{{", "}}"] {
@@ -451,8 +484,11 @@ mod tests {
                         .unwrap()
                         .1;
                     assert_eq!(all.contains("snapshot"), stateful, "{what}");
+                    // A schedule's momentum function, or the outer step's momentum of a sync
+                    // policy.
                     let momentum = all.contains("momentum");
-                    assert_eq!(momentum, kind == Kind::Schedule, "{what}");
+                    let with = matches!(kind, Kind::Schedule | Kind::Sync);
+                    assert_eq!(momentum, with, "{what}");
                     let readme = &files.iter().find(|(p, _)| p == "README.md").unwrap().1;
                     let world = format!(
                         "`{}{}` world",
@@ -460,7 +496,8 @@ mod tests {
                         kind.policy().world()
                     );
                     assert!(readme.contains(&world), "{what}: {readme}");
-                    assert!(readme.contains("lsgd:policy@0.4.0"), "{what}");
+                    let package = format!("lsgd:policy@{want}");
+                    assert!(readme.contains(&package), "{what}");
                 }
             }
         }
@@ -468,14 +505,15 @@ mod tests {
 
     #[test]
     fn a_go_project_gets_the_kit_files_of_its_world_at_its_version() {
-        let names = |kind, stateful| -> Vec<String> {
+        let names = |kind: Kind, stateful| -> Vec<String> {
             let files = render(Lang::Go, kind, stateful, "g");
+            let at = format!("@{}#", version(kind.wit()));
             for (path, text) in &files {
                 for export in text
                     .lines()
                     .filter_map(|l| l.strip_prefix("//go:wasmexport lsgd:policy/"))
                 {
-                    assert!(export.contains("@0.4.0#"), "{path}: {export}");
+                    assert!(export.contains(&at), "{path}: {export}");
                 }
             }
             let mut names: Vec<String> = files
@@ -503,5 +541,31 @@ mod tests {
             names(Kind::LayerRate, true),
             ["lsgd_layer_rate.go", "lsgd_plugin.go", "lsgd_state.go"]
         );
+        assert_eq!(names(Kind::Sync, false), ["lsgd_plugin.go", "lsgd_sync.go"]);
+        assert_eq!(
+            names(Kind::Sync, true),
+            ["lsgd_plugin.go", "lsgd_state.go", "lsgd_sync.go"]
+        );
+    }
+
+    #[test]
+    fn a_sync_project_is_traced_with_its_sample_drift() {
+        let files = render(Lang::C, Kind::Sync, false, "my-sync");
+        let drift = &files.iter().find(|(p, _)| p == "drift.csv").unwrap().1;
+        let header = "step,name,role,shape,weight_norm,delta_norm,rank_delta_norm,momentum_norm,\
+                      delta_dot_momentum";
+        assert!(drift.lines().any(|l| l == header), "{drift}");
+        let readme = &files.iter().find(|(p, _)| p == "README.md").unwrap().1;
+        for needle in [
+            "`sync-plugin` world",
+            "lsgd:policy@0.5.0",
+            "lsgd-host trace --sync target/my-sync.wasm --drift-file drift.csv",
+            "--set sync.KEY=VALUE",
+        ] {
+            assert!(
+                readme.contains(needle),
+                "README.md lacks {needle}:\n{readme}"
+            );
+        }
     }
 }

@@ -9,8 +9,8 @@
 //!     a schedule's `momentum` is optional: lsgd.c carries a weak default that returns none.
 //! lsgd-plugin-build go-kit WIT_DIR WORLD OUT_DIR
 //!     The Go kit files WORLD needs (`lsgd_plugin.go`, its kind's, `lsgd_state.go` for a
-//!     stateful world, `lsgd_momentum.go` for a 0.4 schedule), their `//go:wasmexport` names
-//!     at WIT_DIR's contract version.
+//!     stateful world, `lsgd_momentum.go` for a 0.4 schedule; a 0.5 sync policy's is
+//!     `lsgd_sync.go`), their `//go:wasmexport` names at WIT_DIR's contract version.
 //! lsgd-plugin-build componentize [--wasi-stub] CORE.wasm WIT_DIR WORLD OUT.wasm
 //!     Embeds WORLD's type information unless the module already carries it, adapts
 //!     wasi_snapshot_preview1 imports (wasi-libc's stdio) to WASI 0.2 with wasmtime 48's reactor
@@ -37,8 +37,8 @@ use wit_parser::{Resolve, WorldId, WorldItem};
 const C_KIT: &str = include_str!("../kit/c/lsgd_kit.h");
 
 /// The Go kit by file name: the `plugin` ABI, one file per interface, and the optional
-/// momentum of a 0.4 schedule. Their export names carry `@0.1.0` (or `@0.3.0`), rewritten to
-/// the world's version by `go-kit`.
+/// momentum of a 0.4 schedule. Their export names carry the version that introduced them
+/// (`@0.1.0`, `@0.3.0` ...), rewritten to the world's version by `go-kit`.
 const GO_KIT: &[(&str, &str)] = &[
     ("lsgd_plugin.go", include_str!("../kit/go/lsgd_plugin.go")),
     (
@@ -61,6 +61,7 @@ const GO_KIT: &[(&str, &str)] = &[
         "lsgd_layer_rate.go",
         include_str!("../kit/go/lsgd_layer_rate.go"),
     ),
+    ("lsgd_sync.go", include_str!("../kit/go/lsgd_sync.go")),
     ("lsgd_state.go", include_str!("../kit/go/lsgd_state.go")),
 ];
 
@@ -210,6 +211,7 @@ fn go_kit(wit: &Path, world: &str, out: &Path) -> Result<()> {
             ("batch-size", _) => "lsgd_batch_size.go",
             ("label-smoothing", _) => "lsgd_label_smoothing.go",
             ("layer-rate", _) => "lsgd_layer_rate.go",
+            ("sync", _) => "lsgd_sync.go",
             ("state", _) => "lsgd_state.go",
             (iface, func) => bail!("the Go kit has no {iface}.{func} (world {world})"),
         };

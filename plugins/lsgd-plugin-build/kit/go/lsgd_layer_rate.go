@@ -36,31 +36,6 @@ type Tensor struct {
 	WeightDecay float64
 }
 
-func getF64(ptr uint32) float64 { return math.Float64frombits(get64(ptr)) }
-
-// getState reads a train-state record (120 bytes, alignment 8) at `at`: the fields at their
-// natural alignment, each option<f64> a flag byte with its payload 8 bytes on.
-func getState(at uint32) State {
-	return State{
-		Step:           get64(at),
-		Epoch:          get32(at + 8),
-		EpochFraction:  getF64(at + 16),
-		StepsPerEpoch:  get64(at + 24),
-		TotalSteps:     get64(at + 32),
-		TotalEpochs:    get32(at + 40),
-		SamplesSeen:    get64(at + 48),
-		GlobalBatch:    get32(at + 56),
-		WorkerBatch:    get32(at + 60),
-		WorldSize:      get32(at + 64),
-		BaseLR:         getF64(at + 72),
-		ReferenceBatch: get32(at + 80),
-		HasLastLoss:    get8(at+88) != 0,
-		LastLoss:       getF64(at + 96),
-		HasLastMetric:  get8(at+104) != 0,
-		LastMetric:     getF64(at + 112),
-	}
-}
-
 //go:wasmexport lsgd:policy/layer-rate@0.3.0#multipliers
 func exportMultipliers(args uint32) uint32 {
 	ensureConfigured()

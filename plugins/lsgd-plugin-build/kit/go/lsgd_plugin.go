@@ -5,9 +5,9 @@
 // records out in linear memory exactly as wit-component expects (offsets from wit/v0.1.0, the
 // same in every later 0.x version), exports `cabi_realloc` for the host to pass lists and
 // strings in, and leaves a plugin three things to define: `info` (what describe returns),
-// `configure(Params) error` and one policy function (see lsgd_schedule.go and its siblings;
-// lsgd_momentum.go adds contract 0.4's optional momentum to a schedule, lsgd_state.go the
-// snapshot and restore of a stateful world).
+// `configure(Params) error` and its kind's policy functions (lsgd_schedule.go and its siblings;
+// lsgd_momentum.go adds 0.4's optional momentum to a schedule, lsgd_sync.go is 0.5's sync
+// policy, lsgd_state.go the snapshot and restore of a stateful world).
 // `lsgd-plugin-build componentize --wasi-stub` then wraps the core module into a component, with
 // a stub in place of the wasip1 adapter that passes stderr (where Go prints a panic) to the host.
 // The export names carry the contract version (`@0.1.0`, which the repository's Go plugins
@@ -234,6 +234,32 @@ func putString(ptr uint32, s string) {
 
 func getString(ptr uint32) string {
 	return string(mem(get32(ptr), get32(ptr+4)))
+}
+
+func getF64(ptr uint32) float64 { return math.Float64frombits(get64(ptr)) }
+
+// getState reads a train-state record (120 bytes, alignment 8) at `at`, for the policy
+// functions whose arguments arrive in linear memory (layer-rate's, sync's): the fields at their
+// natural alignment, each option<f64> a flag byte with its payload 8 bytes on.
+func getState(at uint32) State {
+	return State{
+		Step:           get64(at),
+		Epoch:          get32(at + 8),
+		EpochFraction:  getF64(at + 16),
+		StepsPerEpoch:  get64(at + 24),
+		TotalSteps:     get64(at + 32),
+		TotalEpochs:    get32(at + 40),
+		SamplesSeen:    get64(at + 48),
+		GlobalBatch:    get32(at + 56),
+		WorkerBatch:    get32(at + 60),
+		WorldSize:      get32(at + 64),
+		BaseLR:         getF64(at + 72),
+		ReferenceBatch: get32(at + 80),
+		HasLastLoss:    get8(at+88) != 0,
+		LastLoss:       getF64(at + 96),
+		HasLastMetric:  get8(at+104) != 0,
+		LastMetric:     getF64(at + 112),
+	}
 }
 
 //go:wasmexport cabi_realloc
