@@ -22,6 +22,7 @@ pub static PYTHON: Words = Words {
         ),
         (Knob::Plugin(PolicyKind::Codec), "CodecState"),
         (Knob::Plugin(PolicyKind::LayerRate), "WasmLayerRate"),
+        (Knob::Plugin(PolicyKind::Sync), "WasmSync"),
         (Knob::Epochs, "epochs"),
         (Knob::WorldSize, "world_size"),
         (Knob::GlobalBatch, "global_batch"),

@@ -4,7 +4,8 @@
 //! parameter checking, the sandbox's limits, contract detection, output checks and the codecs'
 //! seeds. The Python side only moves tensors and keeps PyTorch's protocols.
 //!
-//! - [`policy`]: a schedule, batch-size, label-smoothing or layer-rate plugin with its clock;
+//! - [`policy`]: a schedule, batch-size, label-smoothing, layer-rate or sync plugin with its
+//!   clock (a sync plugin's plan and outer step, the clock's window);
 //! - [`codec`]: a codec plugin and the metadata of the buckets it encodes;
 //! - [`exchange`]: one DDP bucket through the runtime's exchange, over `torch.distributed`;
 //! - [`errors`]: runtime errors as Python exceptions (`PluginFault` for a fault in a call),

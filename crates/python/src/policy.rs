@@ -1,14 +1,17 @@
-//! `Policy`: one schedule, batch-size, label-smoothing or layer-rate plugin and the training
-//! clock that produces the `train-state` it sees, exactly as `lsgd-host run` and `trace` drive
-//! it: the same `Clock`, the same output checks (`check_output`, `check_multipliers`), the same
-//! snapshots of stateful plugins. `lsgd_torch.WasmLR` and its siblings wrap one each.
+//! `Policy`: one schedule, batch-size, label-smoothing, layer-rate or sync plugin and the
+//! training clock that produces the `train-state` it sees, exactly as `lsgd-host run` and
+//! `trace` drive it: the same `Clock` (with a sync plugin, its window), the same output checks
+//! (`check_output`, `check_multipliers`, `check_plan` with the final-step rule,
+//! `check_outer_step`), the same snapshots of stateful plugins. `lsgd_torch.WasmLR` and its
+//! siblings wrap one each.
 
 use std::sync::Mutex;
 
-use lsgd_policy::{Role, State, TensorNorms};
+use lsgd_policy::{Role, State, StepKind, TensorDrift, TensorNorms, Window};
 use lsgd_runtime::plugin::{Plugin, PolicyKind};
 use lsgd_runtime::policy::{
-    Bounds, Clock, RunShape, check_momentum, check_multipliers, check_output,
+    Bounds, Clock, RunShape, check_momentum, check_multipliers, check_outer_step, check_output,
+    check_plan,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -27,7 +30,22 @@ struct Inner {
     plugin: Plugin,
     clock: Clock,
     bounds: Bounds,
+    /// A sync plugin's plan for the step about to be taken, once asked: what `advance` moves
+    /// the clock's window by, and the state and window its `outer_step` is asked with.
+    planned: Option<Planned>,
 }
+
+/// A sync plugin's plan for one step, with what it saw.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    state: State,
+    window: Window,
+    kind: StepKind,
+}
+
+/// One tensor as Python passes it to `outer_step`: name, shape, role, ‖θ_global‖, ‖Δ‖,
+/// sqrt(mean_k ‖Δ_k‖²), ‖m‖, ⟨Δ, m⟩.
+type DriftArg = (String, Vec<u32>, String, f64, f64, f64, f64, f64);
 
 /// One tensor as Python passes it to `multipliers`: name, shape, role, ‖w‖, ‖g‖, ‖u‖, weight
 /// decay.
@@ -41,12 +59,14 @@ fn policy_kind(name: &str) -> PyResult<PolicyKind> {
         PolicyKind::BatchSize,
         PolicyKind::LabelSmoothing,
         PolicyKind::LayerRate,
+        PolicyKind::Sync,
     ]
     .into_iter()
     .find(|k| k.to_string() == name)
     .ok_or_else(|| {
         PyValueError::new_err(format!(
-            "unknown policy kind `{name}`: schedule, batch-size, label-smoothing or layer-rate"
+            "unknown policy kind `{name}`: schedule, batch-size, label-smoothing, layer-rate or \
+             sync"
         ))
     })
 }
@@ -77,6 +97,22 @@ impl Inner {
         match (self.plugin.kind(), batch) {
             (PolicyKind::BatchSize, _) | (_, None) => self.clock.state(),
             (_, Some(b)) => self.clock.state_with_batch(b),
+        }
+    }
+
+    /// The plan already given for the step about to be taken.
+    fn planned(&self) -> Option<Planned> {
+        self.planned.filter(|p| p.state.step == self.clock.step())
+    }
+
+    /// An error unless the plugin is a sync plugin, for `what`.
+    fn require_sync(&self, what: &str) -> PyResult<()> {
+        match self.plugin.kind() {
+            PolicyKind::Sync => Ok(()),
+            kind => Err(PyValueError::new_err(format!(
+                "plugin {}: a {kind} plugin has no {what}; only a sync plugin answers it",
+                self.plugin.label()
+            ))),
         }
     }
 }
@@ -139,11 +175,12 @@ impl Policy {
                 bounds: Bounds {
                     max_batch: max_batch.unwrap_or(Bounds::default().max_batch),
                 },
+                planned: None,
             }),
         })
     }
 
-    /// `schedule`, `batch-size`, `label-smoothing` or `layer-rate`.
+    /// `schedule`, `batch-size`, `label-smoothing`, `layer-rate` or `sync`.
     #[getter]
     fn kind(&self) -> String {
         self.lock().plugin.kind().to_string()
@@ -274,6 +311,12 @@ impl Policy {
                 g.plugin.label()
             )));
         }
+        if g.plugin.kind() == PolicyKind::Sync {
+            return Err(PyValueError::new_err(format!(
+                "plugin {}: a sync plugin answers plan() and outer_step(), not value()",
+                g.plugin.label()
+            )));
+        }
         let state = g.state(batch);
         let bounds = g.bounds;
         check_output(&mut g.plugin, &state, bounds)
@@ -329,14 +372,106 @@ impl Policy {
     }
 
     /// Ends the current step, which consumed `batch` samples (the global batch) and reached
-    /// `loss` (None keeps the previous `last-loss`).
+    /// `loss` (None keeps the previous `last-loss`). For a sync plugin the step must have been
+    /// planned (`plan()`): the clock's window moves on by its kind, and the loss of a `local`
+    /// step is dropped (the ranks agree on losses only where they agree on weights), as in
+    /// training and `trace`.
     #[pyo3(signature = (batch, loss=None))]
     fn advance(&self, batch: u32, loss: Option<f64>) -> PyResult<()> {
         if batch == 0 {
             return Err(PyValueError::new_err("a step consumes at least one sample"));
         }
-        self.lock().clock.advance(batch, loss);
+        let mut g = self.lock();
+        if g.plugin.kind() != PolicyKind::Sync {
+            g.clock.advance(batch, loss);
+            return Ok(());
+        }
+        let planned = g.planned().ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "plugin {}: step {} ends before its plan() was asked",
+                g.plugin.label(),
+                g.clock.step()
+            ))
+        })?;
+        g.clock
+            .advance(batch, loss.filter(|_| planned.kind.agrees()));
+        g.clock.pass(planned.kind);
+        g.planned = None;
         Ok(())
+    }
+
+    /// A sync plugin's plan for the step about to be taken (`synchronous`, `local` or
+    /// `average`) at the clock's window, checked and with the final-step rule applied by the
+    /// runtime (`check_plan`); asked of the plugin once per step, later calls at the same step
+    /// answer the same. `batch` as for `value`.
+    #[pyo3(signature = (batch=None))]
+    fn plan(&self, batch: Option<u32>) -> PyResult<&'static str> {
+        let mut g = self.lock();
+        g.require_sync("plan()")?;
+        if let Some(p) = g.planned() {
+            return Ok(p.kind.name());
+        }
+        let state = g.state(batch);
+        let window = g.clock.window();
+        let kind = check_plan(&mut g.plugin, &state, &window).map_err(plugin_to_py)?;
+        g.planned = Some(Planned {
+            state,
+            window,
+            kind,
+        });
+        Ok(kind.name())
+    }
+
+    /// Where the run stands in the sync plugin's windows before the step about to be taken:
+    /// `(local_steps, windows)`, what `plan` sees.
+    #[getter]
+    fn window(&self) -> (u32, u64) {
+        let w = self.lock().clock.window();
+        (w.local_steps, w.windows)
+    }
+
+    /// The outer step of the window this step ends (its plan `average`), for the drift of
+    /// `tensors`, each `(name, shape, role, weight_norm, delta_norm, rank_delta_norm,
+    /// momentum_norm, delta_dot_momentum)`, role `weight`, `bias` or `batchnorm`; asked with
+    /// the state and window the plan saw and checked by the runtime (`check_outer_step`: lr
+    /// finite and >= 0, momentum in [0, 1), `lr_scale` empty or one finite value >= 0 per
+    /// tensor). Returns `(lr, momentum, nesterov, lr_scale)`.
+    fn outer_step(&self, tensors: Vec<DriftArg>) -> PyResult<(f64, f64, bool, Vec<f64>)> {
+        let tensors = tensors
+            .into_iter()
+            .map(|(name, shape, r, w, d, rd, m, dm)| {
+                Ok(TensorDrift {
+                    role: role(&r, &name)?,
+                    name,
+                    shape,
+                    weight_norm: w,
+                    delta_norm: d,
+                    rank_delta_norm: rd,
+                    momentum_norm: m,
+                    delta_dot_momentum: dm,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut g = self.lock();
+        g.require_sync("outer_step()")?;
+        let step = g.clock.step();
+        let planned = g.planned().ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "plugin {}: outer_step() at step {step} before its plan()",
+                g.plugin.label()
+            ))
+        })?;
+        if planned.kind != StepKind::Average {
+            return Err(PyValueError::new_err(format!(
+                "plugin {}: step {step} was planned `{}`; outer_step() belongs to an `average` \
+                 step",
+                g.plugin.label(),
+                planned.kind.name()
+            )));
+        }
+        let o = check_outer_step(&mut g.plugin, &planned.state, &planned.window, &tensors)
+            .map_err(plugin_to_py)?;
+        Ok((o.lr, o.momentum, o.nesterov, o.lr_scale))
     }
 
     /// Sets `last-metric` (an evaluation result) from the next call on.
@@ -344,12 +479,28 @@ impl Policy {
         self.lock().clock.set_metric(metric);
     }
 
-    /// Moves the clock to `step` with `samples_seen` consumed and the given feedback: a resume.
-    #[pyo3(signature = (step, samples_seen, last_loss=None, last_metric=None))]
-    fn seek(&self, step: u64, samples_seen: u64, last_loss: Option<f64>, last_metric: Option<f64>) {
+    /// Moves the clock to `step` with `samples_seen` consumed and the given feedback, and a
+    /// sync plugin's clock to `window` (`(local_steps, windows)`, default the first window's
+    /// start): a resume.
+    #[pyo3(signature = (step, samples_seen, last_loss=None, last_metric=None, window=None))]
+    fn seek(
+        &self,
+        step: u64,
+        samples_seen: u64,
+        last_loss: Option<f64>,
+        last_metric: Option<f64>,
+        window: Option<(u32, u64)>,
+    ) {
         let mut g = self.lock();
         let shape = *g.clock.shape();
         g.clock = Clock::resume(shape, step, samples_seen, last_loss, last_metric);
+        if let Some((local_steps, windows)) = window {
+            g.clock.set_window(Window {
+                local_steps,
+                windows,
+            });
+        }
+        g.planned = None;
     }
 
     /// A stateful plugin's state as of the start of the current step (before its calls at
@@ -364,9 +515,9 @@ impl Policy {
     /// Puts a stateful plugin into the state `bytes` (from `snapshot`) for its calls from
     /// `step` on.
     fn restore(&self, step: u64, bytes: Vec<u8>) -> PyResult<()> {
-        self.lock()
-            .plugin
-            .restore(step, bytes)
-            .map_err(plugin_to_py)
+        let mut g = self.lock();
+        // A plan given before the restore came from the state being replaced.
+        g.planned = None;
+        g.plugin.restore(step, bytes).map_err(plugin_to_py)
     }
 }

@@ -1,5 +1,5 @@
 """A policy plugin and its clock, driven one training step at a time: what ``WasmLR``,
-``WasmLabelSmoothing`` and ``WasmBatchSize`` share. The clock, the train-state, the output
+``WasmLabelSmoothing``, ``WasmBatchSize``, ``WasmLayerRate`` and ``WasmSync`` share. The clock, the train-state, the output
 checks and the snapshots are the runtime's (``_native.Policy``); this class only keeps each
 step's value, the feedback not yet handed over, and a state that ``torch.save`` can hold."""
 
@@ -7,6 +7,7 @@ import time
 
 from . import _native
 from ._plugins import register, settings
+from .errors import PluginFault
 
 #: The wording of the host's resume check (``cannot resume from …``), for a state_dict.
 MISMATCH = (
@@ -58,6 +59,9 @@ class Driver:
         # (step, momentum) likewise: a contract-0.4 schedule's second output (older contracts
         # have none, and are not asked: a native call per step saved).
         self._momentum = None
+        # (step, kind) of a sync plugin's plan, or (step, PluginFault) when the plan faulted:
+        # asked once per step, a fault raised again to whoever asks next at that step.
+        self._plan = None
         major_minor = tuple(int(x) for x in self.policy.contract.split(".")[:2])
         self._answers_momentum = kind == "schedule" and major_minor >= (0, 4)
         # The batch each step consumed is the one in force when it was decided.
@@ -85,6 +89,22 @@ class Driver:
             self._momentum = (step, self.policy.momentum(self._batch))
         return self._momentum[1]
 
+    def plan(self, batch=None):
+        """A sync plugin's plan for this step (``synchronous``, ``local`` or ``average``),
+        asked of the plugin once per step; a fault at it is raised to every caller at the
+        step."""
+        step = self.policy.step
+        if self._plan is None or self._plan[0] != step:
+            try:
+                self._plan = (step, self.policy.plan(batch))
+            except PluginFault as e:
+                self._plan = (step, e)
+            self._batch = batch
+        kind = self._plan[1]
+        if isinstance(kind, PluginFault):
+            raise kind
+        return kind
+
     def observe(self, loss=None, metric=None):
         """Feedback: ``loss`` becomes ``last-loss`` once this step ends, ``metric``
         ``last-metric`` from the next call on (as the host's evaluation after an epoch)."""
@@ -111,6 +131,7 @@ class Driver:
                              self.policy.last_metric)
             self._value = None
             self._momentum = None
+            self._plan = None
 
     def identity(self):
         """The plugin's identity line (the host's resume check prints these)."""
@@ -133,6 +154,9 @@ class Driver:
             "momentum": self._momentum,
             "batch": self._batch,
             "snapshot": p.snapshot(),
+            # A sync plugin's window and the plan already given at this step (not a fault).
+            "window": p.window if p.kind == "sync" else None,
+            "plan": self._plan if self._plan and isinstance(self._plan[1], str) else None,
         }
 
     def load(self, state, what):
@@ -142,16 +166,22 @@ class Driver:
             raise ValueError(MISMATCH.format(what=what, then=state.get("identity"),
                                              now=self.policy.identity))
         p = self.policy
-        p.seek(state["step"], state["samples_seen"], state["last_loss"], state["last_metric"])
+        window = state.get("window")
+        p.seek(state["step"], state["samples_seen"], state["last_loss"], state["last_metric"],
+               window=None if window is None else (int(window[0]), int(window[1])))
         if state["snapshot"] is not None:
             p.restore(state["step"], bytes(state["snapshot"]))
         self._loss = state["pending_loss"]
         self._value = None
         self._momentum = None
+        self._plan = None
         self._batch = state["batch"]
         # The interrupted run had already asked for this step's outputs: ask again, so that a
         # stateful plugin's state moves on exactly as it did there.
-        for name, ask in [("value", self.value), ("momentum", self.momentum)]:
+        asks = [("value", self.value), ("momentum", self.momentum)]
+        if p.kind == "sync":
+            asks = [("plan", self.plan)]
+        for name, ask in asks:
             saved = state.get(name)
             if saved is None or saved[0] != state["step"]:
                 continue
@@ -182,5 +212,6 @@ class Driver:
             "blake3": self.policy.blake3,
             "params": self.policy.params,
             "step": self.policy.step,
+            "window": self.policy.window if self.policy.kind == "sync" else None,
             "state": None if snap is None else _native.blake3_hex(snap),
         }

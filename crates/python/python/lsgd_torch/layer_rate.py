@@ -22,6 +22,38 @@ STATE_KEY = "layer_rate"
 _ENDLESS_STEPS = 1 << 40
 
 
+def describe_tensors(inner, model):
+    """``[(name, param, shape, role)]`` of every parameter of the optimizer ``inner``, in the
+    order a plugin sees them (the host's): with ``model``, named as ``model.named_parameters()``
+    names them, in name order, a tensor of a module with a ``running_mean`` buffer in the
+    ``batchnorm`` role; without it ``param0``, ``param1``, … in the order of the parameter
+    groups. Otherwise a tensor of fewer than two dimensions is a ``bias``, the rest ``weight``."""
+    params = [p for g in inner.param_groups for p in g["params"]]
+    if model is None:
+        named = [(f"param{i}", p, False) for i, p in enumerate(params)]
+    else:
+        owners = {}
+        for module_name, module in model.named_modules():
+            # The host's rule: a tensor of a module with a running mean is BatchNorm's.
+            bn = hasattr(module, "running_mean")
+            for short, p in module.named_parameters(recurse=False):
+                name = f"{module_name}.{short}" if module_name else short
+                owners.setdefault(id(p), (name, bn))
+        missing = [i for i, p in enumerate(params) if id(p) not in owners]
+        if missing:
+            raise ValueError(
+                f"parameters {missing} of the optimizer (in group order) are not "
+                f"parameters of the model given as model="
+            )
+        named = sorted(((*owners[id(p)], p) for p in params), key=lambda t: t[0])
+        named = [(name, p, bn) for name, bn, p in named]
+    out = []
+    for name, p, bn in named:
+        role = "batchnorm" if bn else "bias" if p.dim() < 2 else "weight"
+        out.append((name, p, [int(d) for d in p.shape], role))
+    return out
+
+
 class WasmLayerRate(torch.optim.Optimizer):
     """``inner`` (a ``torch.optim.SGD`` or ``torch.optim.AdamW``) with each tensor's learning
     rate multiplied by a layer-rate plugin's output: LARS is ``SGD`` + ``"lars"``, LAMB is
@@ -97,30 +129,7 @@ class WasmLayerRate(torch.optim.Optimizer):
     def _describe(self, model):
         """``[(name, param, shape, role)]`` of every parameter of the inner optimizer, in the
         order the plugin sees them."""
-        params = [p for g in self._inner.param_groups for p in g["params"]]
-        if model is None:
-            named = [(f"param{i}", p, False) for i, p in enumerate(params)]
-        else:
-            owners = {}
-            for module_name, module in model.named_modules():
-                # The host's rule: a tensor of a module with a running mean is BatchNorm's.
-                bn = hasattr(module, "running_mean")
-                for short, p in module.named_parameters(recurse=False):
-                    name = f"{module_name}.{short}" if module_name else short
-                    owners.setdefault(id(p), (name, bn))
-            missing = [i for i, p in enumerate(params) if id(p) not in owners]
-            if missing:
-                raise ValueError(
-                    f"parameters {missing} of the optimizer (in group order) are not "
-                    f"parameters of the model given as model="
-                )
-            named = sorted(((*owners[id(p)], p) for p in params), key=lambda t: t[0])
-            named = [(name, p, bn) for name, bn, p in named]
-        out = []
-        for name, p, bn in named:
-            role = "batchnorm" if bn else "bias" if p.dim() < 2 else "weight"
-            out.append((name, p, [int(d) for d in p.shape], role))
-        return out
+        return describe_tensors(self._inner, model)
 
     @property
     def inner(self):

@@ -44,6 +44,9 @@ def _differences(rank, theirs, root):
             out.append(f"{kind}: rank {rank} runs {a['label']} with {mine}, rank 0 with {root_}")
         elif a["step"] != b["step"]:
             out.append(f"{kind}: rank {rank} is at step {a['step']}, rank 0 at step {b['step']}")
+        elif a.get("window") != b.get("window"):
+            out.append(f"{kind}: rank {rank} is at window {a.get('window')}, rank 0 at window "
+                       f"{b.get('window')} (local steps, windows ended)")
         elif a["state"] != b["state"]:
             out.append(f"{kind}: rank {rank}'s state at step {a['step']} differs from rank 0's "
                        f"(snapshot blake3 {str(a['state'])[:12]}… vs {str(b['state'])[:12]}…)")
