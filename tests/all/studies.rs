@@ -195,3 +195,109 @@ fn compression_puts_every_codec_on_the_wire_twice() {
     let plain = steps(&out.join("jobs/uncompressed-np2-s1"));
     assert_eq!(2 * fp16[0].payload_bytes, plain[0].payload_bytes);
 }
+
+/// `study sync --quick` on a lab of its own (`NETLAB_NAME=lsgdstudy`, apart from the netlab
+/// tests' `lsgdtest`, so the two may run at once): synchronous, local SGD and DiLoCo with int8
+/// Δ on 2 hosts at 1 Gbit/s. The report's cells are the jobs' metrics, local steps send nothing
+/// and a window's end sends the model (4× less through int8), both plots decode, and a second
+/// call trains nothing and needs no lab. Where the lab cannot run (no root or no network
+/// namespaces) it says why and passes.
+#[test]
+fn sync_study_sets_local_sgd_and_diloco_against_synchronous_on_the_lab() {
+    let lab = |args: &[&str]| {
+        let mut c = std::process::Command::new("bash");
+        c.arg(root().join("scripts/netlab.sh"))
+            .args(args)
+            .env("NETLAB_NAME", "lsgdstudy")
+            .env("NETLAB_NET", "10.80.0")
+            .stdin(std::process::Stdio::null());
+        c
+    };
+    let check = lab(&["check"]).output().unwrap();
+    if !check.status.success() {
+        eprintln!("skipped: {}", stdout(&check).trim());
+        return;
+    }
+    let out = scratch("study-sync");
+    let call = || {
+        let o = lsgd_command(&["study", "sync", "--quick", "--out", out.to_str().unwrap()])
+            .env("NETLAB_NAME", "lsgdstudy")
+            .env("NETLAB_NET", "10.80.0")
+            .env("LSGD_ROOT", root())
+            // The kernel's socket buffers, as the netlab tests' lab has them (tests/all/netlab.rs).
+            .env("OMPI_MCA_btl_tcp_sndbuf", "0")
+            .output()
+            .unwrap();
+        let _ = lab(&["down"]).status();
+        let err = stderr(&o);
+        assert!(o.status.success(), "study sync failed:\n{err}");
+        err
+    };
+    let first = call();
+    assert_eq!(first.matches("] 1gbit-np2-").count(), 3, "{first}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    check_report_frame(
+        &out,
+        &report,
+        &["accuracy-vs-time.png", "accuracy-vs-bytes.png"],
+    );
+    for text in [
+        "## 2 hosts, 1 Gbit/s",
+        "time to 40% (s)",
+        "## Findings (computed from the tables)",
+        "Goyal et al. 2017",
+        "about 500× less",
+    ] {
+        assert!(report.contains(text), "no {text:?} in:\n{report}");
+    }
+    let jobs = out.join("jobs");
+    let sync = steps(&jobs.join("1gbit-np2-synchronous-s1"));
+    assert!(sync.iter().all(|s| s.sync.is_none()), "no sync plugin");
+    // Windows of 4 steps: three local steps that send nothing, then the average.
+    let local = steps(&jobs.join("1gbit-np2-local-sgd-h4-s1"));
+    let kinds: Vec<&str> = local.iter().map(|s| s.sync.as_deref().unwrap()).collect();
+    assert_eq!(kinds, ["local", "local", "local", "average"].repeat(2));
+    assert!(
+        local
+            .iter()
+            .all(|s| (s.bytes_sent == 0) == (s.sync.as_deref() == Some("local")))
+    );
+    let diloco = steps(&jobs.join("1gbit-np2-diloco-h4-int8-s1"));
+    let window_end = |run: &[lsgd_host::train::metrics::StepRecord]| run[3].payload_bytes as f64;
+    let ratio = window_end(&local) / window_end(&diloco);
+    assert!((3.9..4.1).contains(&ratio), "int8 Δ is 4× smaller: {ratio}");
+    // The table's cells are the runs' own figures.
+    let mb = |run: &[lsgd_host::train::metrics::StepRecord]| {
+        run.iter().map(|s| s.bytes_sent as f64).sum::<f64>() / 1e6
+    };
+    for (first, job, run) in [
+        ("synchronous (fp32 ring, overlapped)", "synchronous", &sync),
+        ("local SGD H=4", "local-sgd-h4", &local),
+        (
+            "DiLoCo H=4, int8 Δ + error feedback",
+            "diloco-h4-int8",
+            &diloco,
+        ),
+    ] {
+        let cells = row(&report, first);
+        let acc = final_accuracy(&jobs.join(format!("1gbit-np2-{job}-s1")));
+        assert_eq!(cells[1], format!("{acc:.2}"), "{first}");
+        assert_eq!(cells[6], format!("{:.1}", mb(run)), "{first}");
+    }
+    assert_eq!(
+        row(&report, "local SGD H=4")[7],
+        format!("{:.0}×", mb(&sync) / mb(&local))
+    );
+
+    let second = call();
+    assert_eq!(second.matches("trained earlier").count(), 3, "{second}");
+    assert!(
+        !second.contains("netlab: 2 host(s) up"),
+        "no lab for finished jobs"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("report.md")).unwrap(),
+        report,
+        "the same runs give the same report"
+    );
+}

@@ -11,7 +11,7 @@ use crate::train::data::DatasetKind;
 /// Arguments of `study`.
 #[derive(Args, Debug)]
 pub struct StudyArgs {
-    /// Which study: goyal, batch-control, compression, layerwise or network.
+    /// Which study: goyal, batch-control, compression, layerwise, network or sync.
     #[arg(value_enum)]
     name: Name,
     /// The few-minute variant (smaller subsets, fewer jobs, one seed) that the tests run.
@@ -30,13 +30,14 @@ pub struct StudyArgs {
     /// Single-process jobs run at once [default: the cores / --threads].
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
-    /// Ranks of the compression study's jobs.
+    /// Ranks of the compression and network studies' jobs (the sync study trains on 2 and 4
+    /// hosts).
     #[arg(long = "np", default_value_t = 2, value_name = "N")]
     ranks: u32,
     /// The mpirun to start ranks with.
     #[arg(long, default_value = "mpirun", value_name = "PATH")]
     mpirun: PathBuf,
-    /// The emulated cluster's script, for the network study [default:
+    /// The emulated cluster's script, for the network and sync studies [default:
     /// $LSGD_ROOT/scripts/netlab.sh, else ./scripts/netlab.sh].
     #[arg(long, value_name = "PATH")]
     netlab: Option<PathBuf>,

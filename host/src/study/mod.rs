@@ -11,15 +11,19 @@
 //!   against bytes on the wire (the GRACE paper's figure);
 //! - [`layerwise`]: SGD against LARS and LAMB at batches where the goyal study breaks down;
 //! - [`network`]: compression on the emulated cluster's links: step time against the α-β
-//!   model, and time to accuracy.
+//!   model, and time to accuracy;
+//! - [`sync`]: synchronising less on the emulated cluster: local SGD and DiLoCo against
+//!   synchronous data parallelism, accuracy against wall-clock time and bytes sent.
 
 pub mod batch_control;
 pub mod compression;
 pub mod goyal;
 pub mod jobs;
+pub mod lab;
 pub mod layerwise;
 pub mod network;
 pub mod report;
+pub mod sync;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -108,6 +112,11 @@ pub enum Name {
     /// Compression on the emulated cluster at 1 Gbit/s and 100 Mbit/s: step time, model,
     /// time to accuracy (needs root: it brings `scripts/netlab.sh` up itself).
     Network,
+    /// Local SGD and DiLoCo (H = 4, 16, 64; DiLoCo with int8 Δ) against synchronous data
+    /// parallelism on the emulated cluster, 2 and 4 hosts at 1 Gbit/s and 100 Mbit/s:
+    /// accuracy against wall-clock time and bytes sent, time to 80% (needs root: it brings
+    /// `scripts/netlab.sh` up itself; about 35 min).
+    Sync,
 }
 
 impl fmt::Display for Name {
@@ -118,6 +127,7 @@ impl fmt::Display for Name {
             Name::Compression => "compression",
             Name::Layerwise => "layerwise",
             Name::Network => "network",
+            Name::Sync => "sync",
         })
     }
 }
@@ -155,7 +165,7 @@ pub struct Settings {
 impl Settings {
     /// Whether the study's jobs run on several ranks, one job at a time.
     pub fn ranks_jobs(&self) -> bool {
-        matches!(self.name, Name::Compression | Name::Network)
+        matches!(self.name, Name::Compression | Name::Network | Name::Sync)
     }
 }
 
@@ -170,6 +180,7 @@ pub fn run(settings: &Settings) -> Result<PathBuf> {
         Name::Compression => compression::run(settings)?,
         Name::Layerwise => layerwise::run(settings)?,
         Name::Network => network::run(settings)?,
+        Name::Sync => sync::run(settings)?,
     };
     let path = settings.out.join("report.md");
     std::fs::write(&path, report).with_context(|| format!("cannot write {}", path.display()))?;

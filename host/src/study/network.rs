@@ -6,11 +6,12 @@
 //! the lab needs (root, network namespaces).
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
+use super::lab::{Lab, default_netlab};
 use super::report::{self, Table};
 use super::{Job, Outcome, Recipe, Settings, Subset, jobs, strings};
 use crate::plot::{self, Panel, Series};
@@ -186,32 +187,7 @@ struct Calibration {
     beta: f64,
 }
 
-/// The lab at one link speed: up while it lives.
-struct Lab<'a> {
-    script: &'a Path,
-}
-
-impl<'a> Lab<'a> {
-    fn up(script: &'a Path, hosts: u32, rate: &str) -> Result<Lab<'a>> {
-        let status = Command::new("bash")
-            .arg(script)
-            .args(["up", &hosts.to_string(), "--rate", rate])
-            .status()
-            .with_context(|| format!("cannot run {}", script.display()))?;
-        if status.code() == Some(3) {
-            bail!(
-                "the network study needs the emulated cluster, which cannot run here (see `{} check`)",
-                script.display()
-            );
-        }
-        anyhow::ensure!(
-            status.success(),
-            "{} up failed ({status})",
-            script.display()
-        );
-        Ok(Lab { script })
-    }
-
+impl Lab<'_> {
     /// `bench calibrate` across the lab's first two hosts, into `file` (kept: a re-run reads it).
     fn calibrate(&self, file: &Path) -> Result<()> {
         let exe = std::env::current_exe().context("cannot locate the lsgd-host binary")?;
@@ -229,12 +205,6 @@ impl<'a> Lab<'a> {
             String::from_utf8_lossy(&out.stderr)
         );
         Ok(())
-    }
-}
-
-impl Drop for Lab<'_> {
-    fn drop(&mut self) {
-        let _ = Command::new("bash").arg(self.script).arg("down").status();
     }
 }
 
@@ -365,7 +335,7 @@ pub fn run(settings: &Settings) -> Result<String> {
         let calibration = settings.out.join(format!("calibration-{link}.json"));
         let pending = !calibration.exists() || jobs.iter().any(|j| !jobs::finished(settings, j));
         let lab = if pending {
-            Some(Lab::up(&script, ranks, link)?)
+            Some(Lab::up(&script, ranks, link, "network")?)
         } else {
             None
         };
@@ -426,14 +396,6 @@ pub fn run(settings: &Settings) -> Result<String> {
     md += "![accuracy against wall-clock time](accuracy-vs-time.png)\n\n";
     md += &findings(&plan, &outcomes, settings, ranks);
     Ok(md)
-}
-
-/// The lab script beside this checkout: `$LSGD_ROOT/scripts/netlab.sh`, else relative to the
-/// working directory.
-fn default_netlab() -> PathBuf {
-    std::env::var_os("LSGD_ROOT")
-        .map_or_else(|| PathBuf::from("."), PathBuf::from)
-        .join("scripts/netlab.sh")
 }
 
 fn setup_text(plan: &Plan, ranks: u32) -> String {
