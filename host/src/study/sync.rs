@@ -4,7 +4,7 @@
 //! trained on the emulated cluster (`scripts/netlab.sh`) with 2 and 4 hosts at 1 Gbit/s and
 //! 100 Mbit/s. The report sets test accuracy against wall-clock time and against the bytes a
 //! rank sent, with the time to a fixed accuracy, and places the result beside Goyal et al.'s
-//! remark on Federated Averaging and DiLoCo's 500× figure. Like the network study it brings
+//! remark (as this project's brief puts it) on Federated Averaging and DiLoCo's 500× figure. Like the network study it brings
 //! the lab up for each condition itself, so it needs what the lab needs (root, network
 //! namespaces).
 
@@ -811,15 +811,16 @@ fn across(plan: &Plan, cells: &[(&Condition, &Row, &Vec<Option<Row>>)]) -> Strin
     md
 }
 
-/// Goyal et al.'s remark on Federated Averaging and DiLoCo's figure, each with what our runs
+/// Federated Averaging as the brief on Goyal et al. holds it up, and DiLoCo's figure, each with what our runs
 /// say in its terms.
 fn literature(plan: &Plan, rows: &[Vec<Option<Row>>]) -> String {
     let mut md = String::from("## Beside the literature\n\n");
-    md += "- **Goyal et al. 2017** point to Federated Averaging (McMahan et al. 2017, \
-           \"Communication-Efficient Learning of Deep Networks from Decentralized Data\") as the \
-           way for large-batch training to communicate less: each worker takes several local \
-           steps, then the workers average their models. With every worker in every round and \
-           i.i.d. shards that is our `local-sgd`.";
+    md += "- **Federated Averaging** (McMahan et al. 2017, \"Communication-Efficient Learning of \
+           Deep Networks from Decentralized Data\"), which this project's brief on Goyal et al. \
+           2017 holds up as a large-batch method that communicates less (the remark is the \
+           brief's; we did not find it in Goyal et al.'s paper): each worker takes several \
+           local steps, then the workers average their models. With every worker in every round \
+           and i.i.d. shards that is our `local-sgd`.";
     let local: Vec<String> = plan
         .conditions
         .iter()
