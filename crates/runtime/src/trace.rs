@@ -116,14 +116,38 @@ pub struct Inputs {
     pub norms: Norms,
 }
 
-/// Tensor norms by step: a step not listed uses the latest listed step before it (the first
-/// listed one before that).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Norms(Vec<(u64, Vec<TensorNorms>)>);
+/// Records of tensors by step, as `--norms-file` and `--drift-file` give them: a step not
+/// listed uses the latest listed step before it (the first listed one before that).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByStep<T>(Vec<(u64, Vec<T>)>);
 
-impl Norms {
+impl<T> Default for ByStep<T> {
+    fn default() -> Self {
+        ByStep(Vec::new())
+    }
+}
+
+/// A record of one tensor, by its name.
+pub trait Named {
+    /// The tensor's name.
+    fn name(&self) -> &str;
+}
+
+impl Named for TensorNorms {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Named for TensorDrift {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<T: Named> ByStep<T> {
     /// The records of `step`.
-    pub fn at(&self, step: u64) -> &[TensorNorms] {
+    pub fn at(&self, step: u64) -> &[T] {
         let i = self.0.partition_point(|(s, _)| *s <= step);
         self.0.get(i.saturating_sub(1)).map_or(&[], |(_, t)| t)
     }
@@ -132,21 +156,25 @@ impl Norms {
     pub fn names(&self) -> Vec<&str> {
         self.0
             .first()
-            .map(|(_, t)| t.iter().map(|t| t.name.as_str()).collect())
+            .map(|(_, t)| t.iter().map(Named::name).collect())
             .unwrap_or_default()
     }
 
-    /// Parses `step,name,role,shape,weight_norm,grad_norm,update_norm,weight_decay` lines
-    /// (a header line, blank lines and `#` comments skipped; shape as `32x1x3x3`); every
-    /// listed step must list the same tensors in the same order.
-    pub fn parse(text: &str, file: &str) -> Result<Norms> {
+    /// Parses CSV lines of `file` with `record` (a header line starting `step,`, blank lines
+    /// and `#` comments skipped); the steps must be sorted and every listed step must list the
+    /// same tensors in the same order.
+    fn parse_with(
+        text: &str,
+        file: &str,
+        record: fn(&str) -> std::result::Result<(u64, T), String>,
+    ) -> Result<Self> {
         let bad = |line: usize, what: String| Error::Input(format!("{file}:{line}: {what}"));
-        let mut out: Vec<(u64, Vec<TensorNorms>)> = Vec::new();
+        let mut out: Vec<(u64, Vec<T>)> = Vec::new();
         for (i, line) in data_lines(text) {
             if line.starts_with("step,") {
                 continue;
             }
-            let (step, record) = norms_record(line).map_err(|e| bad(i, e))?;
+            let (step, record) = record(line).map_err(|e| bad(i, e))?;
             match out.last_mut() {
                 Some((s, records)) if *s == step => records.push(record),
                 Some((s, _)) if *s > step => {
@@ -155,16 +183,26 @@ impl Norms {
                 _ => out.push((step, vec![record])),
             }
         }
-        let names = |t: &[TensorNorms]| t.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
-        if let Some((_, first)) = out.first()
+        let names = |t: &[T]| t.iter().map(|t| t.name().to_string()).collect::<Vec<_>>();
+        if let Some((first_step, first)) = out.first()
             && let Some((step, _)) = out.iter().find(|(_, t)| names(t) != names(first))
         {
             return Err(Error::Input(format!(
-                "{file}: step {step} lists other tensors than step {}",
-                out[0].0
+                "{file}: step {step} lists other tensors than step {first_step}"
             )));
         }
-        Ok(Norms(out))
+        Ok(ByStep(out))
+    }
+}
+
+/// Tensor norms by step, for a layer-rate policy ([`ByStep`]).
+pub type Norms = ByStep<TensorNorms>;
+
+impl Norms {
+    /// Parses `step,name,role,shape,weight_norm,grad_norm,update_norm,weight_decay` lines
+    /// (shape as `32x1x3x3`), as [`ByStep`] reads them.
+    pub fn parse(text: &str, file: &str) -> Result<Norms> {
+        ByStep::parse_with(text, file, norms_record)
     }
 }
 
@@ -223,11 +261,11 @@ fn parse_shape(shape: &str) -> std::result::Result<Vec<u32>, String> {
 /// weight, delta and rank-delta norms are 1 and whose momentum norms are 0: every rank drifted
 /// alike, no outer momentum yet.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Drift(Vec<(u64, Vec<TensorDrift>)>);
+pub struct Drift(ByStep<TensorDrift>);
 
 impl Default for Drift {
     fn default() -> Self {
-        Drift(vec![(
+        Drift(ByStep(vec![(
             0,
             vec![TensorDrift {
                 name: "model".into(),
@@ -239,56 +277,30 @@ impl Default for Drift {
                 momentum_norm: 0.0,
                 delta_dot_momentum: 0.0,
             }],
-        )])
+        )]))
     }
 }
 
 impl Drift {
     /// The records of `step`.
     pub fn at(&self, step: u64) -> &[TensorDrift] {
-        let i = self.0.partition_point(|(s, _)| *s <= step);
-        self.0.get(i.saturating_sub(1)).map_or(&[], |(_, t)| t)
+        self.0.at(step)
     }
 
     /// The tensor names, from the first listed step.
     pub fn names(&self) -> Vec<&str> {
-        self.0
-            .first()
-            .map(|(_, t)| t.iter().map(|t| t.name.as_str()).collect())
-            .unwrap_or_default()
+        self.0.names()
     }
 
     /// Parses
     /// `step,name,role,shape,weight_norm,delta_norm,rank_delta_norm,momentum_norm,delta_dot_momentum`
-    /// lines (a header line, blank lines and `#` comments skipped; shape as `32x1x3x3`); every
-    /// listed step must list the same tensors in the same order, and at least one must be
-    /// listed.
+    /// lines (shape as `32x1x3x3`), as [`ByStep`] reads them; at least one must be listed.
     pub fn parse(text: &str, file: &str) -> Result<Drift> {
-        let bad = |line: usize, what: String| Error::Input(format!("{file}:{line}: {what}"));
-        let mut out: Vec<(u64, Vec<TensorDrift>)> = Vec::new();
-        for (i, line) in data_lines(text) {
-            if line.starts_with("step,") {
-                continue;
-            }
-            let (step, record) = drift_record(line).map_err(|e| bad(i, e))?;
-            match out.last_mut() {
-                Some((s, records)) if *s == step => records.push(record),
-                Some((s, _)) if *s > step => {
-                    return Err(bad(i, format!("step {step} after step {s}: sort by step")));
-                }
-                _ => out.push((step, vec![record])),
-            }
-        }
-        let names = |t: &[TensorDrift]| t.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
-        let Some((first_step, first)) = out.first() else {
+        let drift = ByStep::parse_with(text, file, drift_record)?;
+        if drift.0.is_empty() {
             return Err(Error::Input(format!("{file}: no tensors listed")));
-        };
-        if let Some((step, _)) = out.iter().find(|(_, t)| names(t) != names(first)) {
-            return Err(Error::Input(format!(
-                "{file}: step {step} lists other tensors than step {first_step}"
-            )));
         }
-        Ok(Drift(out))
+        Ok(Drift(drift))
     }
 }
 
