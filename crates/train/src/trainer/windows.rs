@@ -13,10 +13,10 @@
 //! buckets as the gradients. The outer step is `torch.optim.SGD`'s with dampening 0, its
 //! coefficients the plugin's `outer-step`.
 //!
-//! A checkpoint inside a window holds what a resume needs to go on bit for bit: θ_global, the
-//! outer momentum, and every rank's own weights, buffers and optimizer state (rank 0's in the
-//! usual places, rank r's under `sync.rank{r}.`); at a window's end the ranks agree, and only
-//! θ_global's momentum is added.
+//! A checkpoint holds what a resume needs to go on bit for bit: the outer momentum, every
+//! rank's own weights, buffers and optimizer state (rank 0's in the usual places, rank r's
+//! under `sync.rank{r}.`: a window averages the weights only, so the optimizer state stays
+//! each rank's own), and inside a window θ_global.
 
 use std::io::Cursor;
 
@@ -49,7 +49,8 @@ pub struct WindowMeta {
     pub local_steps: u32,
     /// Windows ended so far.
     pub windows: u64,
-    /// The ranks whose own state the checkpoint holds (inside a window; 1 at a window's end).
+    /// The ranks whose own weights, buffers and optimizer state the checkpoint holds (the
+    /// run's ranks).
     pub ranks: usize,
 }
 
@@ -458,9 +459,9 @@ impl Trainer<'_> {
         Ok(())
     }
 
-    /// What a checkpoint adds for a sync policy, taken on every rank (inside a window it is a
-    /// collective: the held records are agreed and written, and every rank's own state goes to
-    /// rank 0): the tensors and where the windows stand. Nothing without a sync policy.
+    /// What a checkpoint adds for a sync policy, taken on every rank (a collective on several:
+    /// every rank's own state goes to rank 0, and inside a window the held records are agreed
+    /// and written): the tensors and where the windows stand. Nothing without a sync policy.
     pub(super) fn window_checkpoint(&mut self) -> Result<WindowCheckpoint> {
         let Some(windows) = &self.windows else {
             return Ok((Vec::new(), None));
@@ -478,15 +479,19 @@ impl Trainer<'_> {
             windows: window.windows,
             ranks: 1,
         };
-        if window.local_steps == 0 {
+        if window.local_steps > 0 {
+            for (p, g) in self.opt.params().iter().zip(&windows.global) {
+                tensors.push((format!("{GLOBAL}{}", p.name), g.detach().copy()));
+            }
+            let sums = self.held_sums();
+            let (agreed, _) = self.gathered_sums(&sums)?;
+            self.write_held(&agreed)?;
+        }
+        if self.world.size() == 1 {
             return Ok((tensors, Some(meta)));
         }
-        for (p, g) in self.opt.params().iter().zip(&windows.global) {
-            tensors.push((format!("{GLOBAL}{}", p.name), g.detach().copy()));
-        }
-        let sums = self.held_sums();
-        let (agreed, _) = self.gathered_sums(&sums)?;
-        self.write_held(&agreed)?;
+        // Each rank's optimizer state is its own from its first local step on, at a window's
+        // end too (a window averages the weights only), and so are its BatchNorm statistics.
         let own = self.own_state()?;
         let (all, _) = self.world.all_gather_bytes(&own)?;
         for (r, bytes) in all.iter().enumerate().skip(1) {
@@ -518,10 +523,11 @@ impl Trainer<'_> {
         Ok(bytes)
     }
 
-    /// Puts back what [`Trainer::window_checkpoint`] saved, after the weights and optimizer
-    /// state of rank 0 (every rank's at a window's end) were restored: the window's position,
-    /// the outer momentum, and inside a window θ_global and this rank's own state. A window
-    /// cannot continue on another number of ranks: each rank's weights are its own.
+    /// Puts back what [`Trainer::window_checkpoint`] saved, after rank 0's weights and
+    /// optimizer state were restored: the window's position, the outer momentum, inside a
+    /// window θ_global, and on as many ranks as saved it this rank's own weights, buffers and
+    /// optimizer state. A window cannot continue on another number of ranks (each rank's
+    /// weights are its own); at a window's end every rank then takes rank 0's state.
     pub(super) fn restore_windows(
         &mut self,
         meta: Option<WindowMeta>,
@@ -575,10 +581,7 @@ impl Trainer<'_> {
                 g.shallow_clone().copy_(&p.tensor);
             }
         }
-        if meta.local_steps == 0 {
-            return Ok(());
-        }
-        if meta.ranks != self.world.size() {
+        if meta.ranks != self.world.size() && meta.local_steps > 0 {
             return Err(Error::Checkpoint(format!(
                 "{} was written {} local step(s) into a sync window on {} rank(s), each with \
                  weights of its own; resume it on {} ranks, or from a checkpoint at a window's \
@@ -589,8 +592,10 @@ impl Trainer<'_> {
                 meta.ranks
             )));
         }
+        // On another number of ranks at a window's end every rank goes on from rank 0's
+        // optimizer state, as after a synchronous run's resume.
         let rank = self.world.rank();
-        if rank == 0 {
+        if rank == 0 || meta.ranks != self.world.size() {
             return Ok(());
         }
         let prefix = rank_prefix(rank);
