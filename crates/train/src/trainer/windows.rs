@@ -237,16 +237,16 @@ impl Trainer<'_> {
         before: Rollback,
     ) -> Result<(f64, Exchanged)> {
         let step = d.state.step;
-        let (mean, mut traffic) = self.agree_window_losses(loss_sum, global_batch)?;
-        let rank_sq = self.load_pseudo_gradients()?;
-        let (all, gathered) = self.world.all_gather_bytes(&f64_bytes(&rank_sq))?;
-        traffic += gathered;
-        let mut rank_sq = vec![0.0f64; rank_sq.len()];
-        for bytes in &all {
-            for (sum, v) in rank_sq.iter_mut().zip(f64s(bytes)) {
-                *sum += v;
-            }
-        }
+        // One gather agrees the window's losses (the held steps' and this one's) and the
+        // ranks' ‖Δ_k‖² per tensor.
+        let mut mine = self.held_sums();
+        mine.push(loss_sum);
+        let steps = mine.len();
+        mine.extend(self.load_pseudo_gradients()?);
+        let (sums, traffic) = self.gathered_sums(&mine)?;
+        let (losses, rank_sq) = sums.split_at(steps);
+        self.write_held(losses)?;
+        let mean = losses[steps - 1] / global_batch as f64;
         let codec = self.policies.codec_mut();
         let has_codec = codec.is_some();
         let windows = self.windows.as_ref().expect("a sync policy's run");
@@ -261,7 +261,7 @@ impl Trainer<'_> {
         };
         exchanged.traffic += traffic;
         let means = self.averaged(has_codec);
-        let drifts = self.drifts(&rank_sq);
+        let drifts = self.drifts(rank_sq);
         let outer = self
             .policies
             .outer_step(&d.state, &d.window, &drifts)
@@ -395,22 +395,6 @@ impl Trainer<'_> {
             let _ = g.shallow_clone().g_sub_(&(direction * rate));
             p.tensor.shallow_clone().copy_(g);
         }
-    }
-
-    /// The mean loss over the global batch of every held step and of this one (`loss_sum`
-    /// being this rank's), from one gather of every rank's sums; the held records are written
-    /// with theirs. A non-finite mean is a divergence at the first step that had one.
-    fn agree_window_losses(
-        &mut self,
-        loss_sum: f64,
-        global_batch: usize,
-    ) -> Result<(f64, Traffic)> {
-        let mut sums: Vec<f64> = self.held_sums();
-        sums.push(loss_sum);
-        let (sums, traffic) = self.gathered_sums(&sums)?;
-        self.write_held(&sums)?;
-        let mean = sums.last().expect("this step's sum") / global_batch as f64;
-        Ok((mean, traffic))
     }
 
     /// This rank's loss sums of the held steps.
