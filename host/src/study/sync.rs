@@ -811,10 +811,19 @@ fn across(plan: &Plan, cells: &[(&Condition, &Row, &Vec<Option<Row>>)]) -> Strin
     md
 }
 
-/// Federated Averaging as the brief on Goyal et al. holds it up, and DiLoCo's figure, each with what our runs
-/// say in its terms.
+/// Federated Averaging as the brief on Goyal et al. holds it up, and DiLoCo's figure, each
+/// with what our runs say in its terms.
 fn literature(plan: &Plan, rows: &[Vec<Option<Row>>]) -> String {
     let mut md = String::from("## Beside the literature\n\n");
+    md += &federated_averaging(plan, rows);
+    md += &diloco(plan, rows);
+    md += "\n\n";
+    md
+}
+
+/// Federated Averaging, and the H at which our local SGD kept synchronous's accuracy.
+fn federated_averaging(plan: &Plan, rows: &[Vec<Option<Row>>]) -> String {
+    let mut md = String::new();
     md += "- **Federated Averaging** (McMahan et al. 2017, \"Communication-Efficient Learning of \
            Deep Networks from Decentralized Data\"), which this project's brief on Goyal et al. \
            2017 holds up as a large-batch method that communicates less (the remark is the \
@@ -853,6 +862,12 @@ fn literature(plan: &Plan, rows: &[Vec<Option<Row>>]) -> String {
             local.join("; ")
         );
     }
+    md
+}
+
+/// DiLoCo's figure, and our DiLoCo rows in its terms.
+fn diloco(plan: &Plan, rows: &[Vec<Option<Row>>]) -> String {
+    let mut md = String::new();
     md += "\n- **DiLoCo** (Douillard et al. 2023, \"DiLoCo: Distributed Low-Communication \
            Training of Language Models\"): 8 workers taking H = 500 inner AdamW steps between \
            outer Nesterov steps (η 0.7, μ 0.9) matched fully synchronous data parallelism on \
@@ -929,7 +944,6 @@ fn literature(plan: &Plan, rows: &[Vec<Option<Row>>]) -> String {
         ),
         None => "\n  - No DiLoCo row here kept synchronous's accuracy.".into(),
     };
-    md += "\n\n";
     md
 }
 
