@@ -28,6 +28,27 @@ def _number(x, what):
         raise TypeError(f"{what} must be a number or a one-element tensor, not {type(x).__name__}")
 
 
+# Without a run shape the clock only has to count steps: one epoch longer than any run (and so
+# no last step for a sync plugin's final-step rule).
+ENDLESS_STEPS = 1 << 40
+
+
+def around(inner, plugin, kind, params, *, steps_per_epoch, epochs, global_batch, world_size,
+           reference_batch, limits):
+    """The ``Driver`` of a ``kind`` plugin wrapped around the optimizer ``inner``: the run shape
+    as given, else one endless epoch of global batches of ``world_size × reference_batch``;
+    ``base_lr`` is the first group's initial learning rate."""
+    first = inner.param_groups[0]
+    return Driver(
+        plugin, kind, params,
+        steps_per_epoch=ENDLESS_STEPS if steps_per_epoch is None else steps_per_epoch,
+        epochs=1 if epochs is None else epochs,
+        global_batch=world_size * reference_batch if global_batch is None else global_batch,
+        world_size=world_size, reference_batch=reference_batch,
+        base_lr=float(first.get("initial_lr", first["lr"])), limits=limits,
+    )
+
+
 class Driver:
     """One plugin of one kind, its clock at the step about to be taken, and that step's value."""
 

@@ -13,13 +13,10 @@ import math
 
 import torch
 
-from ._driver import Driver
+from ._driver import around
 
 #: Where ``state_dict()`` keeps the plugin's identity, clock and snapshot.
 STATE_KEY = "layer_rate"
-
-# Without a run shape the clock only has to count steps: one epoch longer than any run.
-_ENDLESS_STEPS = 1 << 40
 
 
 def describe_tensors(inner, model):
@@ -96,17 +93,13 @@ class WasmLayerRate(torch.optim.Optimizer):
                 f"not {type(inner).__name__}: the update norm the plugin sees is defined for "
                 f"those two"
             )
-        first = inner.param_groups[0]
         self._ready = False
         self._inner = inner
         self._batch_size = batch_size
-        self._driver = Driver(
-            plugin, "layer-rate", params,
-            steps_per_epoch=_ENDLESS_STEPS if steps_per_epoch is None else steps_per_epoch,
-            epochs=1 if epochs is None else epochs,
-            global_batch=world_size * reference_batch if global_batch is None else global_batch,
-            world_size=world_size, reference_batch=reference_batch,
-            base_lr=float(first.get("initial_lr", first["lr"])), limits=limits,
+        self._driver = around(
+            inner, plugin, "layer-rate", params, steps_per_epoch=steps_per_epoch, epochs=epochs,
+            global_batch=global_batch, world_size=world_size, reference_batch=reference_batch,
+            limits=limits,
         )
         # Optimizer.__init__ sets up the hooks and the step profiling that PyTorch's machinery
         # expects of an optimizer; its own copies of the groups and state are then dropped for

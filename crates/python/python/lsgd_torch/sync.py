@@ -26,16 +26,12 @@ import math
 import torch
 import torch.distributed as dist
 
-from ._driver import Driver
+from ._driver import around
 from .layer_rate import describe_tensors
 
 #: Where ``state_dict()`` keeps the plugin's identity, clock, window and snapshot, θ_global and
 #: the outer momentum.
 STATE_KEY = "sync"
-
-# Without a run shape the clock only counts steps: one epoch longer than any run (and so no
-# last step for the final-step rule to see).
-_ENDLESS_STEPS = 1 << 40
 
 
 def _world(group):
@@ -138,18 +134,14 @@ class WasmSync(torch.optim.Optimizer):
                 f"world_size={world_size}, but the process group has {k} rank(s): the ranks "
                 f"that average are the group's"
             )
-        first = inner.param_groups[0]
         self._ready = False
         self._inner = inner
         self._group = group
         self._k = k
-        self._driver = Driver(
-            plugin, "sync", params,
-            steps_per_epoch=_ENDLESS_STEPS if steps_per_epoch is None else steps_per_epoch,
-            epochs=1 if epochs is None else epochs,
-            global_batch=k * reference_batch if global_batch is None else global_batch,
-            world_size=k, reference_batch=reference_batch,
-            base_lr=float(first.get("initial_lr", first["lr"])), limits=limits,
+        self._driver = around(
+            inner, plugin, "sync", params, steps_per_epoch=steps_per_epoch, epochs=epochs,
+            global_batch=global_batch, world_size=k, reference_batch=reference_batch,
+            limits=limits,
         )
         super().__init__([p for g in inner.param_groups for p in g["params"]], inner.defaults)
         self._share()
